@@ -1,0 +1,104 @@
+"""One target forward's worth of rows from several slots, and the index tensors to run it.
+
+Rows are flat ([N] tokens); each slot contributes one contiguous segment of rows at
+consecutive positions starting at its current cache length (a prompt chunk, or the
+last sampled token followed by its draft). The attention runs on a padded
+[slots, rows, keys] layout whose key length is rounded up to a multiple of KEY_BLOCK:
+with that rounding and at least MIN_ROWS rows per matmul, every row's result is
+bit-identical whatever else is in the batch (checked by tests/test_batch_invariance.py),
+which is what makes greedy speculation exactly lossless.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+KEY_BLOCK = 64
+MIN_ROWS = 4
+
+
+@dataclass
+class Segment:
+    slot: int
+    start: int          # first row in the flat batch
+    n_rows: int
+    pos0: int           # position of the first row (= slot's cache length before the step)
+
+
+@dataclass
+class StepBatch:
+    tokens: torch.Tensor            # [N] int64
+    positions: torch.Tensor         # [N] int64
+    segments: list[Segment]
+    output_rows: torch.Tensor       # [n_out] int64 rows whose logits are needed
+    # derived by prepare()
+    n_rows_padded: int = 0          # Q: rows per slot in the padded layout
+    key_len: int = 0                # Lk: keys attended (multiple of KEY_BLOCK)
+    slot_select: slice | torch.Tensor | None = None
+    pad_index: torch.Tensor | None = None   # flat row -> padded row (None when no padding)
+    attn_mask: torch.Tensor | None = None   # [S, 1, 1, Q, Lk] bool
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def n_tokens(self) -> int:
+        return int(self.tokens.shape[0])
+
+    @staticmethod
+    def build(rows: list[tuple[int, list[int] | torch.Tensor, int]], outputs: list[int],
+              device=None) -> "StepBatch":
+        """rows: per slot (slot, token ids, pos0), in the order they go into the batch."""
+        segments, toks, poss, start = [], [], [], 0
+        for slot, ids, pos0 in rows:
+            ids = torch.as_tensor(ids, dtype=torch.int64)
+            n = int(ids.shape[0])
+            segments.append(Segment(slot, start, n, pos0))
+            toks.append(ids)
+            poss.append(torch.arange(pos0, pos0 + n, dtype=torch.int64))
+            start += n
+        batch = StepBatch(torch.cat(toks).to(device), torch.cat(poss).to(device), segments,
+                          torch.as_tensor(outputs, dtype=torch.int64, device=device))
+        return batch
+
+    def segment_of(self, slot: int) -> Segment:
+        for seg in self.segments:
+            if seg.slot == slot:
+                return seg
+        raise KeyError(slot)
+
+    def prepare(self, n_kv_heads: int, capacity: int, group: int) -> None:
+        """Compute the index tensors shared by every layer of the forward."""
+        segs = self.segments
+        device = self.tokens.device
+        n_slots = len(segs)
+        q_rows = max(s.n_rows for s in segs)
+        q_rows = max(q_rows, -(-MIN_ROWS // group))
+        self.n_rows_padded = q_rows
+        longest = max(s.pos0 + s.n_rows for s in segs)
+        if longest > capacity:
+            raise ValueError(f"batch reaches position {longest} beyond the cache capacity {capacity}")
+        self.key_len = -(-longest // KEY_BLOCK) * KEY_BLOCK
+        slots = [s.slot for s in segs]
+        if slots == list(range(slots[0], slots[0] + n_slots)):
+            self.slot_select = slice(slots[0], slots[0] + n_slots)
+        else:
+            self.slot_select = torch.tensor(slots, dtype=torch.int64, device=device)
+        uniform = all(s.n_rows == q_rows for s in segs)
+        if uniform:
+            self.pad_index = None
+            padded_pos = self.positions.view(n_slots, q_rows)
+        else:
+            pad = torch.cat([torch.arange(s.n_rows, dtype=torch.int64) + i * q_rows
+                             for i, s in enumerate(segs)]).to(device)
+            self.pad_index = pad
+            padded_pos = torch.zeros(n_slots * q_rows, dtype=torch.int64, device=device)
+            padded_pos.index_copy_(0, pad, self.positions)
+            padded_pos = padded_pos.view(n_slots, q_rows)
+        keys = torch.arange(self.key_len, device=device)
+        mask = keys.view(1, 1, -1) <= padded_pos.unsqueeze(-1)
+        self.attn_mask = mask.view(n_slots, 1, 1, q_rows, self.key_len)
+        # where each row's K/V goes in a layer's cache viewed as [slots*kv_heads*ctx, d]
+        slot_of_row = torch.cat([torch.full((s.n_rows,), s.slot, dtype=torch.int64) for s in segs]).to(device)
+        heads = torch.arange(n_kv_heads, device=device)
+        flat = (slot_of_row.unsqueeze(1) * n_kv_heads + heads.unsqueeze(0)) * capacity + self.positions.unsqueeze(1)
+        self.extra["cache_index"] = flat.reshape(-1)

@@ -1,0 +1,316 @@
+"""The decoder (Llama / Qwen2 / Qwen3 families) in plain PyTorch.
+
+Parameter names equal the Hugging Face ones, so `state_dict()` is a valid checkpoint.
+Two forwards:
+  * `forward_step(batch, cache)`: the serving path over a flat StepBatch of rows from
+    several slots, with the static KV cache, fused q/k/v and gate/up weights and
+    batch-invariant kernels (see step_batch.py);
+  * `forward_full(tokens)`: a plain causal forward over [B, T] for training and scoring.
+Both can return the residual stream after any layers ("taps", -1 = embedding output)
+and the final-normed hidden state, which is what the drafters read.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from .config import ModelConfig, load_config
+from .kv_cache import KVCache
+from .loader import Checkpoint, parse_dtype
+from .rope import RotaryEmbedding, apply_rope
+from .step_batch import MIN_ROWS, StepBatch
+from ..errors import ModelLoadError
+
+ACTIVATIONS = {
+    "silu": F.silu, "swish": F.silu, "relu": F.relu, "gelu": F.gelu,
+    "gelu_pytorch_tanh": lambda x: F.gelu(x, approximate="tanh"),
+    "gelu_new": lambda x: F.gelu(x, approximate="tanh"),
+}
+
+
+def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """F.linear whose per-row result does not depend on how many rows are in the batch.
+
+    BLAS picks a different kernel below MIN_ROWS rows; padding keeps every call on one path.
+    """
+    n = x.shape[0]
+    if n >= MIN_ROWS:
+        return F.linear(x, weight, bias)
+    padded = torch.cat([x, x.new_zeros((MIN_ROWS - n,) + tuple(x.shape[1:]))])
+    return F.linear(padded, weight, bias)[:n]
+
+
+def rms_norm(x: torch.Tensor, weight: torch.Tensor | None, eps: float) -> torch.Tensor:
+    if x.dtype == torch.float32:
+        return F.rms_norm(x, (x.shape[-1],), weight, eps)
+    out = F.rms_norm(x.float(), (x.shape[-1],), None, eps).to(x.dtype)
+    return out * weight if weight is not None else out
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, dim: int, eps: float):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(dim))
+        self.eps = eps
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return rms_norm(x, self.weight, self.eps)
+
+
+class Attention(nn.Module):
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.q_proj = nn.Linear(cfg.hidden_size, cfg.q_size, bias=cfg.qkv_bias)
+        self.k_proj = nn.Linear(cfg.hidden_size, cfg.kv_size, bias=cfg.qkv_bias)
+        self.v_proj = nn.Linear(cfg.hidden_size, cfg.kv_size, bias=cfg.qkv_bias)
+        self.o_proj = nn.Linear(cfg.q_size, cfg.hidden_size, bias=cfg.o_bias)
+        if cfg.qk_norm:
+            self.q_norm = RMSNorm(cfg.head_dim, cfg.rms_norm_eps)
+            self.k_norm = RMSNorm(cfg.head_dim, cfg.rms_norm_eps)
+
+
+class MLP(nn.Module):
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.gate_proj = nn.Linear(cfg.hidden_size, cfg.intermediate_size, bias=cfg.mlp_bias)
+        self.up_proj = nn.Linear(cfg.hidden_size, cfg.intermediate_size, bias=cfg.mlp_bias)
+        self.down_proj = nn.Linear(cfg.intermediate_size, cfg.hidden_size, bias=cfg.mlp_bias)
+
+
+class DecoderLayer(nn.Module):
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+        self.self_attn = Attention(cfg)
+        self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+        self.mlp = MLP(cfg)
+        self.fused: dict[str, torch.Tensor] = {}
+
+    def fuse(self) -> None:
+        """Concatenate q/k/v and gate/up once; the separate parameters become views of them."""
+        attn, mlp = self.self_attn, self.mlp
+        qkv = torch.cat([attn.q_proj.weight, attn.k_proj.weight, attn.v_proj.weight]).detach()
+        sizes = [attn.q_proj.out_features, attn.k_proj.out_features, attn.v_proj.out_features]
+        for proj, part in zip((attn.q_proj, attn.k_proj, attn.v_proj), qkv.split(sizes)):
+            proj.weight.data = part
+        self.fused["qkv_w"] = qkv
+        if attn.q_proj.bias is not None:
+            self.fused["qkv_b"] = torch.cat([attn.q_proj.bias, attn.k_proj.bias, attn.v_proj.bias]).detach()
+        gate_up = torch.cat([mlp.gate_proj.weight, mlp.up_proj.weight]).detach()
+        mlp.gate_proj.weight.data, mlp.up_proj.weight.data = gate_up.split(mlp.gate_proj.out_features)
+        self.fused["gate_up_w"] = gate_up
+        if mlp.gate_proj.bias is not None:
+            self.fused["gate_up_b"] = torch.cat([mlp.gate_proj.bias, mlp.up_proj.bias]).detach()
+
+
+@dataclass
+class ForwardOutput:
+    logits: torch.Tensor | None                      # [n_out, V] float32
+    taps: dict[int, torch.Tensor] = field(default_factory=dict)   # layer -> [N, H]
+    final_hidden: torch.Tensor | None = None          # [N, H] after the final norm
+
+
+class Decoder(nn.Module):
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.embed_tokens = nn.Embedding(cfg.vocab_size, cfg.hidden_size)
+        self.layers = nn.ModuleList(DecoderLayer(cfg) for _ in range(cfg.num_hidden_layers))
+        self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+
+
+class CausalLM(nn.Module):
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.config = cfg
+        self.model = Decoder(cfg)
+        self.lm_head = None if cfg.tie_word_embeddings else nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False)
+        self.act = ACTIVATIONS[cfg.hidden_act]
+        self.rope: RotaryEmbedding | None = None
+        self.model_dir: Path | None = None
+
+    # ------------------------------------------------------------------ loading
+    @classmethod
+    def from_pretrained(cls, model_dir: str | Path, dtype=None, device=None) -> "CausalLM":
+        cfg = load_config(model_dir)
+        dtype = parse_dtype(dtype, torch.float32)
+        checkpoint = Checkpoint(model_dir)
+        with torch.device("meta"):
+            model = cls(cfg)
+        state = {}
+        for name, param in model.state_dict().items():
+            state[name] = checkpoint.get(name, dtype, tuple(param.shape))
+        if cfg.tie_word_embeddings and "lm_head.weight" in checkpoint and model.lm_head is None:
+            pass  # tied: the embedding is the head; a stored copy is ignored
+        model.load_state_dict(state, assign=True)
+        model.to(device=device)
+        model.eval().requires_grad_(False)
+        model.model_dir = Path(model_dir)
+        model.checkpoint = checkpoint
+        return model
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.model.embed_tokens.weight.dtype
+
+    @property
+    def device(self) -> torch.device:
+        return self.model.embed_tokens.weight.device
+
+    @property
+    def lm_head_weight(self) -> torch.Tensor:
+        return self.model.embed_tokens.weight if self.lm_head is None else self.lm_head.weight
+
+    def embed(self, tokens: torch.Tensor) -> torch.Tensor:
+        return F.embedding(tokens, self.model.embed_tokens.weight)
+
+    def logits(self, hidden_normed: torch.Tensor) -> torch.Tensor:
+        return linear(hidden_normed, self.lm_head_weight).float()
+
+    def new_cache(self, n_slots: int, max_ctx: int) -> KVCache:
+        cfg = self.config
+        if self.rope is None or self.rope.cos.shape[0] < max_ctx:
+            self.rope = RotaryEmbedding(cfg.head_dim, cfg.rope_theta, cfg.rope_scaling,
+                                        cfg.max_position_embeddings, max(max_ctx, 64), self.device)
+        if not self.model.layers[0].fused:
+            for layer in self.model.layers:
+                layer.fuse()
+        return KVCache(cfg.num_hidden_layers, n_slots, cfg.num_key_value_heads, max_ctx, cfg.head_dim,
+                       self.dtype, self.device)
+
+    # ------------------------------------------------------------------ serving forward
+    def _rope_tables(self, batch: StepBatch):
+        if self.rope.rope_type != "dynamic":
+            return self.rope.gather(batch.positions)
+        cos, sin = [], []
+        for seg in batch.segments:
+            pos = batch.positions[seg.start:seg.start + seg.n_rows]
+            c, s = self.rope.gather(pos, seq_len=seg.pos0 + seg.n_rows)
+            cos.append(c)
+            sin.append(s)
+        return torch.cat(cos).to(self.dtype), torch.cat(sin).to(self.dtype)
+
+    def forward_step(self, batch: StepBatch, cache: KVCache, taps=(), want_final_hidden: bool = False,
+                     ) -> ForwardOutput:
+        cfg = self.config
+        n_heads, n_kv, d = cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim
+        group = n_heads // n_kv
+        batch.prepare(n_kv, cache.capacity, group)
+        cos, sin = self._rope_tables(batch)
+        cos, sin = cos.to(self.dtype), sin.to(self.dtype)
+        n_rows = batch.n_tokens
+        n_slots, q_rows, key_len = len(batch.segments), batch.n_rows_padded, batch.key_len
+        cache_index = batch.extra["cache_index"]
+        scale = d ** -0.5
+        out_taps: dict[int, torch.Tensor] = {}
+
+        x = self.embed(batch.tokens)
+        if -1 in taps:
+            out_taps[-1] = x
+        for layer_id, layer in enumerate(self.model.layers):
+            attn, fused = layer.self_attn, layer.fused
+            h = rms_norm(x, layer.input_layernorm.weight, cfg.rms_norm_eps)
+            qkv = linear(h, fused["qkv_w"], fused.get("qkv_b"))
+            qk = qkv[:, :cfg.q_size + cfg.kv_size].reshape(n_rows, n_heads + n_kv, d)
+            v = qkv[:, cfg.q_size + cfg.kv_size:].reshape(n_rows * n_kv, d)
+            if cfg.qk_norm:
+                qk = torch.cat([rms_norm(qk[:, :n_heads], attn.q_norm.weight, cfg.rms_norm_eps),
+                                rms_norm(qk[:, n_heads:], attn.k_norm.weight, cfg.rms_norm_eps)], dim=1)
+            qk = apply_rope(qk, cos, sin)
+            q, k = qk[:, :n_heads], qk[:, n_heads:].reshape(n_rows * n_kv, d)
+            k_cache = cache.k[layer_id]
+            v_cache = cache.v[layer_id]
+            k_cache.view(-1, d).index_copy_(0, cache_index, k)
+            v_cache.view(-1, d).index_copy_(0, cache_index, v)
+            keys = k_cache[batch.slot_select, :, :key_len]
+            values = v_cache[batch.slot_select, :, :key_len]
+            if batch.pad_index is None:
+                q_pad = q
+            else:
+                q_pad = q.new_zeros(n_slots * q_rows, n_heads, d).index_copy_(0, batch.pad_index, q)
+            # [S, Q, kv, group, d] -> [S, kv, group*Q, d]: queries of one kv head share its keys
+            q_pad = (q_pad * scale).view(n_slots, q_rows, n_kv, group, d).permute(0, 2, 3, 1, 4)
+            q_pad = q_pad.reshape(n_slots, n_kv, group * q_rows, d)
+            scores = torch.matmul(q_pad, keys.transpose(-1, -2)).view(n_slots, n_kv, group, q_rows, key_len)
+            scores = scores.float().masked_fill(~batch.attn_mask, float("-inf"))
+            probs = torch.softmax(scores, dim=-1).to(values.dtype).view(n_slots, n_kv, group * q_rows, key_len)
+            ctx = torch.matmul(probs, values).view(n_slots, n_kv, group, q_rows, d)
+            ctx = ctx.permute(0, 3, 1, 2, 4).reshape(n_slots * q_rows, n_heads * d)
+            if batch.pad_index is not None:
+                ctx = ctx.index_select(0, batch.pad_index)
+            x = x + linear(ctx, attn.o_proj.weight, attn.o_proj.bias)
+            h = rms_norm(x, layer.post_attention_layernorm.weight, cfg.rms_norm_eps)
+            gate_up = linear(h, fused["gate_up_w"], fused.get("gate_up_b"))
+            gate, up = gate_up.split(cfg.intermediate_size, dim=-1)
+            x = x + linear(self.act(gate) * up, layer.mlp.down_proj.weight, layer.mlp.down_proj.bias)
+            if layer_id in taps:
+                out_taps[layer_id] = x
+        for seg in batch.segments:
+            cache.lengths[seg.slot] = seg.pos0 + seg.n_rows
+        logits = None
+        final = None
+        if want_final_hidden:
+            final = rms_norm(x, self.model.norm.weight, cfg.rms_norm_eps)
+            if batch.output_rows.numel():
+                logits = self.logits(final.index_select(0, batch.output_rows))
+        elif batch.output_rows.numel():
+            rows = x.index_select(0, batch.output_rows)
+            logits = self.logits(rms_norm(rows, self.model.norm.weight, cfg.rms_norm_eps))
+        return ForwardOutput(logits, out_taps, final)
+
+    # ------------------------------------------------------------------ training / scoring forward
+    def forward_full(self, tokens: torch.Tensor, taps=(), positions: torch.Tensor | None = None):
+        """Causal forward over [B, T] without a cache. Returns (final-normed hidden [B,T,H], taps)."""
+        cfg = self.config
+        bsz, seq = tokens.shape
+        if self.rope is None or self.rope.cos.shape[0] < seq:
+            self.rope = RotaryEmbedding(cfg.head_dim, cfg.rope_theta, cfg.rope_scaling,
+                                        cfg.max_position_embeddings, max(seq, cfg.max_position_embeddings),
+                                        self.device)
+        if positions is None:
+            positions = torch.arange(seq, device=tokens.device)
+        cos, sin = self.rope.gather(positions, seq_len=int(positions.max()) + 1)
+        cos, sin = cos.to(self.dtype), sin.to(self.dtype)
+        n_heads, n_kv, d = cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim
+        x = self.model.embed_tokens(tokens)
+        out_taps = {-1: x} if -1 in taps else {}
+        for layer_id, layer in enumerate(self.model.layers):
+            attn = layer.self_attn
+            h = layer.input_layernorm(x)
+            q = attn.q_proj(h).view(bsz, seq, n_heads, d)
+            k = attn.k_proj(h).view(bsz, seq, n_kv, d)
+            v = attn.v_proj(h).view(bsz, seq, n_kv, d)
+            if cfg.qk_norm:
+                q, k = attn.q_norm(q), attn.k_norm(k)
+            q = apply_rope(q.reshape(bsz * seq, n_heads, d), cos.repeat(bsz, 1), sin.repeat(bsz, 1))
+            k = apply_rope(k.reshape(bsz * seq, n_kv, d), cos.repeat(bsz, 1), sin.repeat(bsz, 1))
+            q = q.view(bsz, seq, n_heads, d).transpose(1, 2)
+            k = k.view(bsz, seq, n_kv, d).transpose(1, 2)
+            v = v.transpose(1, 2)
+            ctx = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=n_kv != n_heads)
+            x = x + attn.o_proj(ctx.transpose(1, 2).reshape(bsz, seq, n_heads * d))
+            h = layer.post_attention_layernorm(x)
+            x = x + layer.mlp.down_proj(self.act(layer.mlp.gate_proj(h)) * layer.mlp.up_proj(h))
+            if layer_id in taps:
+                out_taps[layer_id] = x
+        return self.model.norm(x), out_taps
+
+    def init_weights(self, std: float = 0.02, seed: int = 0) -> None:
+        """Random initialisation for training from scratch (and for test checkpoints)."""
+        gen = torch.Generator().manual_seed(seed)
+        for name, param in self.named_parameters():
+            if name.endswith("norm.weight"):
+                nn.init.ones_(param)
+            elif name.endswith(".bias"):
+                nn.init.zeros_(param)
+            else:
+                with torch.no_grad():
+                    param.copy_(torch.randn(param.shape, generator=gen) * std)
+
+
+def check_vocab(model: CausalLM, token_id: int, what: str) -> None:
+    if not 0 <= token_id < model.config.vocab_size:
+        raise ModelLoadError(f"{what} {token_id} is outside the vocabulary (size {model.config.vocab_size})")
