@@ -1,0 +1,78 @@
+"""`specserve generate`: one prompt through the engine, printed like llama.cpp does."""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from ..engine.request import Request
+from ..errors import OptionError
+from ..llm import load_engine
+from ..options import add_engine_options, spec_option_values
+from ..sampling import SamplingParams
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("-p", "--prompt", help="prompt text")
+    parser.add_argument("-f", "--file", help="read the prompt from a file")
+    parser.add_argument("--json", action="store_true",
+                        help="print one JSON object (text, token_ids, finish_reason, timings, spec) instead")
+    add_engine_options(parser)
+
+
+def engine_from_args(args, n_parallel: int | None = None):
+    spec = spec_option_values(args)
+    spec_type = spec.pop("spec_type")
+    draft_model = spec.pop("spec_draft_model")
+    return load_engine(args.model, draft_model, spec_type, n_parallel=n_parallel or args.parallel,
+                       ctx_size=args.ctx_size, n_batch=args.batch_size, dtype=args.dtype, threads=args.threads,
+                       **spec)
+
+
+def sampling_from_args(args) -> SamplingParams:
+    return SamplingParams(max_tokens=None if args.n_predict < 0 else args.n_predict, temperature=args.temp,
+                          top_k=args.top_k, top_p=args.top_p, min_p=args.min_p,
+                          seed=None if args.seed < 0 else args.seed, ignore_eos=args.ignore_eos)
+
+
+def timing_lines(timings: dict) -> list[str]:
+    pn, pms = timings["prompt_n"], timings["prompt_ms"]
+    gn, gms = timings["predicted_n"], timings["predicted_ms"]
+    return [
+        f"prompt eval time = {pms:10.2f} ms / {pn:5d} tokens ({pms / max(pn, 1):8.2f} ms per token, "
+        f"{timings['prompt_per_second']:8.2f} tokens per second)",
+        f"       eval time = {gms:10.2f} ms / {gn:5d} tokens ({gms / max(gn, 1):8.2f} ms per token, "
+        f"{timings['predicted_per_second']:8.2f} tokens per second)",
+        f"      total time = {pms + gms:10.2f} ms / {pn + gn:5d} tokens",
+    ]
+
+
+def run(args) -> int:
+    if args.file:
+        path = Path(args.file)
+        if not path.is_file():
+            raise OptionError(f"prompt file not found: {path}")
+        prompt = path.read_text(encoding="utf-8")
+    elif args.prompt is not None:
+        prompt = args.prompt
+    else:
+        raise OptionError("give a prompt with -p/--prompt or -f/--file")
+    engine, tokenizer = engine_from_args(args, n_parallel=1)
+    if tokenizer is None:
+        raise OptionError(f"no tokenizer.json in the model folder {args.model}")
+    request = Request("cli", tokenizer.encode(prompt), sampling_from_args(args))
+    engine.add_request(request)
+    while not request.finished:
+        engine.step()
+    out = request.snapshot()
+    if args.json:
+        print(json.dumps({
+            "text": out.text, "token_ids": out.token_ids, "finish_reason": out.finish_reason,
+            "timings": out.timings, "spec": out.spec, "spec_statistics": engine.driver.stats_dict()
+            if engine.driver else {}, "error": out.error}))
+    else:
+        print(prompt + out.text)
+        for line in timing_lines(out.timings) + engine.request_stats_lines(request) + engine.driver_stats_lines():
+            print(line, file=sys.stderr)
+    return 1 if out.finish_reason == "error" else 0

@@ -1,0 +1,324 @@
+"""The engine: slots, continuous batching and the speculative step.
+
+One `step()` runs ONE target forward for every active slot:
+  1. the SpecDriver drafts for all generating slots at once;
+  2. rows = [id_last, d_1..d_k] per generating slot + prompt chunks of new requests;
+  3. target forward (logits for the rows that need them, plus the taps drafters read);
+  4. the driver sees the batch (process), each slot verifies its draft, the cache is
+     rolled back past rejected rows and the driver hears how many were accepted;
+  5. emitted tokens go through EOS / stop-token / stop-string / length checks.
+Requests join free slots and leave between steps. `add_request` and `abort` may be
+called from other threads; `step` runs on one thread.
+"""
+from __future__ import annotations
+
+import collections
+import logging
+import threading
+import time
+
+import numpy as np
+import torch
+
+from ..errors import ContextOverflowError, InvalidRequestError
+from ..models.step_batch import StepBatch
+from ..models.tokenizer import IncrementalDetokenizer, Tokenizer
+from ..models.transformer import CausalLM
+from ..sampling import make_generator, sample_rows, target_probs
+from ..spec.base import DraftRequest, TargetBatch
+from ..spec.driver import SpecDriver
+from ..spec.verify import verify_greedy, verify_rejection, verify_sample_compare
+from .request import Request, State, TokenLogprob
+from .stopping import StopChecker
+
+log = logging.getLogger("specserve.engine")
+
+
+class Engine:
+    def __init__(self, target: CausalLM, tokenizer: Tokenizer | None, n_parallel: int = 1,
+                 ctx_size: int = 0, n_batch: int = 512, driver: SpecDriver | None = None):
+        if n_parallel < 1:
+            raise InvalidRequestError("n_parallel must be >= 1")
+        self.target = target
+        self.tokenizer = tokenizer
+        self.ctx_size = ctx_size or target.config.max_position_embeddings
+        self.n_batch = max(1, n_batch)
+        self.n_parallel = n_parallel
+        self.cache = target.new_cache(n_parallel, self.ctx_size)
+        self.driver = driver
+        self.slots: list[Request | None] = [None] * n_parallel
+        self.waiting: collections.deque[Request] = collections.deque()
+        self.lock = threading.Lock()
+        self.eos_ids = set(target.config.eos_token_ids)
+        if tokenizer is not None and tokenizer.eos_token_id is not None and not self.eos_ids:
+            self.eos_ids.add(tokenizer.eos_token_id)
+        self.n_steps = 0
+        self.on_finish = None          # optional callback(request) when a request ends
+
+    # ------------------------------------------------------------------ queue
+    def validate(self, request: Request) -> None:
+        n = len(request.prompt_ids)
+        if n == 0:
+            raise InvalidRequestError("the prompt is empty")
+        if n >= self.ctx_size:
+            raise ContextOverflowError(
+                f"the prompt has {n} tokens but the context size is {self.ctx_size} "
+                f"(at most {self.ctx_size - 1} prompt tokens)")
+        vocab = self.target.config.vocab_size
+        bad = [t for t in request.prompt_ids if not 0 <= t < vocab]
+        if bad:
+            raise InvalidRequestError(f"prompt token id {bad[0]} is outside the vocabulary (size {vocab})")
+        request.params.validate()
+
+    def add_request(self, request: Request) -> None:
+        self.validate(request)
+        with self.lock:
+            self.waiting.append(request)
+
+    def abort(self, request_id: str) -> None:
+        with self.lock:
+            for req in list(self.waiting) + [r for r in self.slots if r is not None]:
+                if req.request_id == request_id:
+                    req.abort_requested = True
+
+    def has_work(self) -> bool:
+        return bool(self.waiting) or any(r is not None for r in self.slots)
+
+    @property
+    def n_free_slots(self) -> int:
+        return sum(r is None for r in self.slots)
+
+    def _admit(self) -> None:
+        with self.lock:
+            for slot in range(self.n_parallel):
+                if not self.waiting:
+                    break
+                if self.slots[slot] is not None:
+                    continue
+                req = self.waiting.popleft()
+                if req.abort_requested:
+                    self._finish(req, "abort")
+                    continue
+                req.slot = slot
+                req.state = State.PREFILL
+                req.t_start = time.perf_counter()
+                req.tokens = np.zeros(self.ctx_size + 1, dtype=np.int64)
+                req.tokens[:len(req.prompt_ids)] = req.prompt_ids
+                req.n_cached = 0
+                req.generator, req.seed = make_generator(req.params.seed)
+                req.detok = IncrementalDetokenizer(self.tokenizer) if self.tokenizer else None
+                req.stopper = StopChecker(req.params.stop)
+                if req.params.logprobs is not None:
+                    req.logprobs = []
+                self.cache.clear(slot)
+                self.slots[slot] = req
+
+    def _handle_aborts(self) -> None:
+        with self.lock:
+            aborted = [r for r in self.waiting if r.abort_requested]
+            for r in aborted:
+                self.waiting.remove(r)
+        for r in aborted:
+            self._finish(r, "abort")
+        for r in list(self.slots):
+            if r is not None and r.abort_requested:
+                self._finish(r, "abort")
+
+    # ------------------------------------------------------------------ step
+    def step(self) -> bool:
+        """Run one iteration; returns False when there was nothing to do."""
+        self._handle_aborts()
+        self._admit()
+        active = [r for r in self.slots if r is not None]
+        if not active:
+            return False
+        try:
+            with torch.inference_mode():
+                self._run(active)
+        except Exception as exc:   # one bad step must not take the engine down
+            log.exception("step failed")
+            for r in active:
+                if not r.finished:
+                    self._finish(r, "error", error=f"internal error: {type(exc).__name__}: {exc}")
+        self.n_steps += 1
+        return True
+
+    def _draft(self, generating: list[Request]) -> dict:
+        if self.driver is None or not generating:
+            return {}
+        requests = []
+        for r in generating:
+            n_max = self.ctx_size - r.n_cached - 2
+            if r.params.max_tokens is not None:
+                n_max = min(n_max, r.params.max_tokens - len(r.output_ids) - 1)
+            if n_max > 0:
+                requests.append(DraftRequest(r.slot, n_max, r.n_cached, r.id_last, r.tokens[:r.n_cached],
+                                             r.params.temperature, r.generator))
+        drafts = self.driver.draft(requests) if requests else {}
+        for req in requests:
+            d = drafts.get(req.slot)
+            self.slots[req.slot].spec.n_draft_tokens += len(d.tokens) if d else 0
+        return drafts
+
+    def _run(self, active: list[Request]) -> None:
+        generating = [r for r in active if r.state == State.GENERATING]
+        prefilling = [r for r in active if r.state == State.PREFILL]
+        drafts = self._draft(generating)
+
+        rows, outputs, first_out, budget = [], [], {}, self.n_batch
+        for r in generating:
+            draft = drafts.get(r.slot)
+            ids = [r.id_last] + (draft.tokens if draft else [])
+            first_out[r.slot] = len(outputs)
+            start = sum(len(x[1]) for x in rows)
+            outputs.extend(range(start, start + len(ids)))
+            rows.append((r.slot, ids, r.n_cached))
+            budget -= len(ids)
+        chunk_end = {}
+        for r in prefilling:
+            if budget <= 0 and rows:
+                break
+            n_prompt = len(r.prompt_ids)
+            end = min(n_prompt, r.n_cached + max(budget, 1))
+            ids = r.prompt_ids[r.n_cached:end]
+            start = sum(len(x[1]) for x in rows)
+            if end == n_prompt:
+                first_out[r.slot] = len(outputs)
+                outputs.append(start + len(ids) - 1)
+            rows.append((r.slot, ids, r.n_cached))
+            chunk_end[r.slot] = end
+            budget -= len(ids)
+
+        batch = StepBatch.build(rows, outputs, device=self.target.device)
+        driver = self.driver
+        out = self.target.forward_step(batch, self.cache, taps=driver.taps if driver else (),
+                                       want_final_hidden=bool(driver and driver.needs_final_hidden))
+        if driver is not None:
+            driver.process(TargetBatch(batch, out, {r.slot: r.state == State.PREFILL for r in active}))
+        logits = out.logits
+        greedy = logits is not None and any(r.params.greedy for r in active)
+        argmax = logits.argmax(dim=-1).tolist() if greedy else None
+
+        for r in generating:
+            if r.finished:
+                continue
+            draft = drafts.get(r.slot)
+            k = len(draft.tokens) if draft else 0
+            i0 = first_out[r.slot]
+            try:
+                if r.params.greedy:
+                    emitted = verify_greedy(draft.tokens if draft else [], argmax[i0:i0 + k + 1])
+                else:
+                    probs = target_probs(logits[i0:i0 + k + 1], r.params)
+                    if draft is None:
+                        emitted = [int(sample_rows(probs, r.generator)[0])]
+                    elif draft.q_probs is None:
+                        emitted = verify_sample_compare(draft.tokens, probs, r.generator)
+                    else:
+                        emitted = verify_rejection(draft.tokens, probs, draft.q_probs, r.generator)
+                n_acc = len(emitted) - 1
+                self.cache.truncate(r.slot, r.n_cached + 1 + n_acc)
+                r.tokens[r.n_cached] = r.id_last
+                r.tokens[r.n_cached + 1:r.n_cached + 1 + n_acc] = emitted[:n_acc]
+                r.n_cached += 1 + n_acc
+                r.id_last = emitted[-1]
+                if draft is not None:
+                    r.spec.record(k, n_acc)
+                    driver.accept(r.slot, n_acc)
+                self._emit(r, emitted, logits[i0:i0 + n_acc + 1])
+            except Exception as exc:
+                log.exception("request %s failed", r.request_id)
+                self._finish(r, "error", error=f"internal error: {type(exc).__name__}: {exc}")
+
+        for r in prefilling:
+            if r.slot not in chunk_end or r.finished:
+                continue
+            r.n_cached = chunk_end[r.slot]
+            if r.n_cached < len(r.prompt_ids):
+                continue
+            try:
+                row = logits[first_out[r.slot]:first_out[r.slot] + 1]
+                if r.params.greedy:
+                    token = argmax[first_out[r.slot]]
+                else:
+                    token = int(sample_rows(target_probs(row, r.params), r.generator)[0])
+                r.state = State.GENERATING
+                r.t_first_token = time.perf_counter()
+                r.id_last = token
+                if driver is not None:
+                    driver.begin(r.slot, r.tokens[:r.n_cached])
+                self._emit(r, [token], row)
+            except Exception as exc:
+                log.exception("request %s failed", r.request_id)
+                self._finish(r, "error", error=f"internal error: {type(exc).__name__}: {exc}")
+
+    # ------------------------------------------------------------------ output
+    def _emit(self, r: Request, tokens: list[int], logits_rows: torch.Tensor) -> None:
+        params = r.params
+        if r.logprobs is not None:
+            self._record_logprobs(r, tokens, logits_rows)
+        finish = None
+        for tok in tokens:
+            r.output_ids.append(tok)
+            if tok in self.eos_ids and not params.ignore_eos:
+                finish, reason = "stop", tok
+                break
+            if tok in params.stop_token_ids:
+                finish, reason = "stop", tok
+                break
+            if r.detok is not None:
+                hit = r.stopper.push(r, r.detok.push([tok]))
+                if hit is not None:
+                    finish, reason = "stop", hit
+                    break
+            if params.max_tokens is not None and len(r.output_ids) >= params.max_tokens:
+                finish, reason = "length", None
+                break
+        if finish is None and r.n_cached + 1 >= self.ctx_size:
+            finish, reason = "length", None
+        if finish is not None:
+            self._finish(r, finish, stop_reason=reason)
+        elif r.on_update is not None:
+            r.on_update(r.snapshot())
+
+    def _record_logprobs(self, r: Request, tokens: list[int], logits_rows: torch.Tensor) -> None:
+        logp = torch.log_softmax(logits_rows.float(), dim=-1)
+        n_top = r.params.logprobs or 0
+        for i, tok in enumerate(tokens):
+            top = []
+            if n_top:
+                values, ids = torch.topk(logp[i], n_top)
+                top = list(zip(ids.tolist(), values.tolist()))
+            r.logprobs.append(TokenLogprob(tok, float(logp[i, tok]), top))
+
+    def _finish(self, r: Request, reason: str, stop_reason=None, error: str | None = None) -> None:
+        if r.finished:
+            return
+        if r.detok is not None and reason != "stop":
+            r.text += r.detok.flush()
+        if r.logprobs is not None:
+            del r.logprobs[len(r.output_ids):]
+        r.state = State.FINISHED
+        r.finish_reason = reason
+        r.stop_reason = stop_reason
+        r.error = error
+        r.t_end = time.perf_counter()
+        if not r.t_first_token:
+            r.t_first_token = r.t_end
+        if 0 <= r.slot < self.n_parallel and self.slots[r.slot] is r:
+            self.slots[r.slot] = None
+            self.cache.clear(r.slot)
+            if self.driver is not None:
+                self.driver.release(r.slot)
+        if self.on_finish is not None:
+            self.on_finish(r)
+        if r.on_update is not None:
+            r.on_update(r.snapshot())
+
+    # ------------------------------------------------------------------ statistics
+    def request_stats_lines(self, r: Request) -> list[str]:
+        n_positions = self.driver.max_draft() if self.driver else 0
+        return r.spec.lines(n_positions)
+
+    def driver_stats_lines(self) -> list[str]:
+        return self.driver.stats_lines() if self.driver else []

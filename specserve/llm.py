@@ -1,0 +1,100 @@
+"""The Python API: `LLM(model_dir, draft_model=None, spec_type="none", **options)`."""
+from __future__ import annotations
+
+import itertools
+import logging
+from pathlib import Path
+
+import torch
+
+from .engine.engine import Engine
+from .engine.request import Request, RequestOutput
+from .errors import InvalidRequestError, OptionError
+from .models.tokenizer import Tokenizer
+from .models.transformer import CausalLM
+from .options import default_spec_options
+from .sampling import SamplingParams
+from .spec.base import ProposerContext
+from .spec.registry import build_driver, parse_spec_types
+
+log = logging.getLogger("specserve")
+
+BUNDLED_DIR = Path(__file__).resolve().parent / "bundled"
+BUNDLED_MODEL = BUNDLED_DIR / "stdlib-coder"
+
+
+def load_engine(model: str | Path | None = None, draft_model: str | Path | None = None,
+                spec_type: str | list[str] | None = "none", n_parallel: int = 1, ctx_size: int = 0,
+                n_batch: int = 512, dtype: str = "float32", threads: int = 0, **spec_options):
+    """(engine, tokenizer) for a model folder, with the requested speculative types."""
+    if threads and threads > 0:
+        torch.set_num_threads(threads)
+    model_dir = Path(model) if model else BUNDLED_MODEL
+    options = default_spec_options()
+    unknown = sorted(set(spec_options) - set(options))
+    if unknown:
+        raise OptionError(f"unknown option(s) {', '.join(unknown)}; valid: {', '.join(sorted(options))}")
+    options.update(spec_options)
+    if draft_model is not None:
+        options["spec_draft_model"] = str(draft_model)
+    types = parse_spec_types(spec_type)
+    target = CausalLM.from_pretrained(model_dir, dtype=dtype)
+    # a folder without tokenizer.json still serves token-id prompts
+    tokenizer = Tokenizer(model_dir) if (model_dir / "tokenizer.json").is_file() else None
+    ctx = ctx_size or target.config.max_position_embeddings
+    driver = build_driver(types, ProposerContext(target=target, n_slots=n_parallel, max_ctx=ctx, options=options,
+                                                 draft_model_dir=options.get("spec_draft_model"),
+                                                 tokenizer=tokenizer))
+    engine = Engine(target, tokenizer, n_parallel=n_parallel, ctx_size=ctx, n_batch=n_batch, driver=driver)
+    return engine, tokenizer
+
+
+class LLM:
+    """Offline batched generation, vLLM style.
+
+    >>> llm = LLM(None, spec_type="ngram-simple", n_parallel=4)
+    >>> outs = llm.generate(["def add(a, b):"], SamplingParams(temperature=0, max_tokens=32))
+    """
+
+    def __init__(self, model: str | Path | None = None, draft_model: str | Path | None = None,
+                 spec_type: str | list[str] = "none", **options):
+        self.engine, self.tokenizer = load_engine(model, draft_model, spec_type, **options)
+        self.target = self.engine.target
+        self._ids = itertools.count()
+
+    def _prompt_ids(self, prompt) -> list[int]:
+        if isinstance(prompt, str):
+            if self.tokenizer is None:
+                raise InvalidRequestError("this model folder has no tokenizer.json; pass token ids")
+            return self.tokenizer.encode(prompt)
+        return [int(t) for t in prompt]
+
+    def generate(self, prompts, sampling_params: SamplingParams | list[SamplingParams] | None = None,
+                 ) -> list[RequestOutput]:
+        """prompts: a string, a list of token ids, or a list of either. Outputs keep the input order."""
+        if isinstance(prompts, str) or (isinstance(prompts, list) and prompts and isinstance(prompts[0], int)):
+            prompts = [prompts]
+        if sampling_params is None:
+            sampling_params = SamplingParams()
+        params = sampling_params if isinstance(sampling_params, list) else [sampling_params] * len(prompts)
+        if len(params) != len(prompts):
+            raise OptionError(f"{len(prompts)} prompts but {len(params)} sampling params")
+        requests = [Request(f"req-{next(self._ids)}", self._prompt_ids(p), sp) for p, sp in zip(prompts, params)]
+        for r in requests:
+            self.engine.validate(r)
+        for r in requests:
+            self.engine.add_request(r)
+        while not all(r.finished for r in requests):
+            self.engine.step()
+        return [r.snapshot() for r in requests]
+
+    def score(self, token_ids: list[int]) -> torch.Tensor:
+        """The target's float32 logits at every position, shape [len(token_ids), vocab]."""
+        tokens = torch.tensor([list(token_ids)], dtype=torch.int64)
+        with torch.inference_mode():
+            hidden, _ = self.target.forward_full(tokens)
+            return self.target.logits(hidden[0])
+
+    def stats_lines(self) -> list[str]:
+        """The per-method statistics lines (cumulative over this LLM's lifetime)."""
+        return self.engine.driver_stats_lines()

@@ -1,0 +1,104 @@
+"""Command-line options with llama.cpp's names, each also settable from the environment.
+
+Every option has an environment variable: llama.cpp's `LLAMA_ARG_*` name (derived from
+the long flag unless llama.cpp uses another), also accepted as `SPECSERVE_*`. A flag on
+the command line wins over the environment, which wins over the default.
+Proposers declare their own options (spec/base.py Option); they are added here too.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+
+from .errors import OptionError
+from .spec.base import Option
+from .spec.registry import all_options
+
+MODEL_OPTIONS = [
+    Option(("-m", "--model"), "model", str, None, "model folder (Hugging Face layout); default: the bundled model",
+           env="LLAMA_ARG_MODEL"),
+    Option(("-c", "--ctx-size"), "ctx_size", int, 0,
+           "context size per slot in tokens (0 = the model's max_position_embeddings)", env="LLAMA_ARG_CTX_SIZE"),
+    Option(("-np", "--parallel"), "parallel", int, 1, "number of slots (requests decoded together)",
+           env="LLAMA_ARG_N_PARALLEL"),
+    Option(("-b", "--batch-size"), "batch_size", int, 512, "most rows in one target forward (prompt chunking)",
+           env="LLAMA_ARG_BATCH"),
+    Option(("--dtype",), "dtype", str, "float32", "weights and compute dtype: float32, bfloat16 or float16"),
+    Option(("-t", "--threads"), "threads", int, 0, "CPU threads (0 = PyTorch's default)", env="LLAMA_ARG_THREADS"),
+]
+
+SAMPLING_OPTIONS = [
+    Option(("-n", "--n-predict"), "n_predict", int, -1, "tokens to generate (-1 = until EOS or the context is full)",
+           env="LLAMA_ARG_N_PREDICT"),
+    Option(("--temp",), "temp", float, 0.8, "temperature (<= 0: greedy)"),
+    Option(("--top-k",), "top_k", int, 40, "top-k sampling (0 = disabled)"),
+    Option(("--top-p",), "top_p", float, 0.95, "top-p sampling (1.0 = disabled)"),
+    Option(("--min-p",), "min_p", float, 0.05, "min-p sampling (0.0 = disabled)"),
+    Option(("-s", "--seed"), "seed", int, -1, "random seed (-1 = random)"),
+    Option(("--ignore-eos",), "ignore_eos", bool, False, "keep generating after the end-of-sequence token"),
+]
+
+SPEC_OPTIONS = [
+    Option(("--spec-type",), "spec_type", str, "none",
+           "comma-separated speculative types (see the README for the list); 'none' disables"),
+    Option(("-md", "--spec-draft-model", "--model-draft"), "spec_draft_model", str, None,
+           "draft model folder for the draft-* types", env="LLAMA_ARG_SPEC_DRAFT_MODEL"),
+    Option(("--spec-draft-n-max",), "spec_draft_n_max", int, 3, "most tokens to draft per step (draft-* types)"),
+    Option(("--spec-draft-n-min",), "spec_draft_n_min", int, 0, "discard drafts shorter than this (draft-* types)"),
+    Option(("--spec-draft-p-min", "--draft-p-min"), "spec_draft_p_min", float, 0.0,
+           "stop drafting below this probability / predicted acceptance (draft-* types)"),
+]
+
+
+def env_names(opt: Option) -> list[str]:
+    long_flag = next((f for f in opt.flags if f.startswith("--")), opt.flags[0])
+    derived = long_flag.lstrip("-").upper().replace("-", "_")
+    llama = opt.env or f"LLAMA_ARG_{derived}"
+    return [llama, "SPECSERVE_" + llama[len("LLAMA_ARG_"):]]
+
+
+def _convert(opt: Option, raw: str, source: str):
+    if opt.type is bool:
+        if raw.lower() in ("1", "true", "yes", "on", "enabled"):
+            return True
+        if raw.lower() in ("0", "false", "no", "off", "disabled", ""):
+            return False
+        raise OptionError(f"{source}: expected a boolean, got {raw!r}")
+    try:
+        return opt.type(raw)
+    except ValueError:
+        raise OptionError(f"{source}: expected {opt.type.__name__}, got {raw!r}") from None
+
+
+def add_options(parser: argparse.ArgumentParser, options: list[Option], title: str) -> None:
+    group = parser.add_argument_group(title)
+    for opt in options:
+        default = opt.default
+        for name in env_names(opt):
+            if name in os.environ:
+                default = _convert(opt, os.environ[name], f"environment variable {name}")
+                break
+        envs = " / ".join(env_names(opt))
+        if opt.type is bool:
+            group.add_argument(*opt.flags, dest=opt.dest, action="store_true", default=default,
+                               help=f"{opt.help} (env: {envs})")
+        else:
+            group.add_argument(*opt.flags, dest=opt.dest, type=opt.type, default=default,
+                               help=f"{opt.help} (default: {opt.default}) (env: {envs})")
+
+
+def add_engine_options(parser: argparse.ArgumentParser) -> None:
+    add_options(parser, MODEL_OPTIONS, "model and engine")
+    add_options(parser, SAMPLING_OPTIONS, "sampling")
+    add_options(parser, SPEC_OPTIONS, "speculative decoding")
+    add_options(parser, all_options(), "speculative methods")
+
+
+def spec_option_values(args: argparse.Namespace) -> dict:
+    """All speculative option values by dest name (what proposers read)."""
+    keys = [o.dest for o in SPEC_OPTIONS + all_options()]
+    return {k: getattr(args, k) for k in keys if hasattr(args, k)}
+
+
+def default_spec_options() -> dict:
+    return {o.dest: o.default for o in SPEC_OPTIONS + all_options()}

@@ -1,0 +1,94 @@
+"""Sampling parameters, the target's sampling distribution and per-request random generators.
+
+The order of the truncation samplers follows llama.cpp's default chain:
+top-k -> top-p -> min-p (all on the temperature-1 distribution) -> temperature.
+Temperature <= 0 means greedy (argmax, first index on ties).
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+import torch
+
+from .errors import InvalidRequestError
+
+
+@dataclass
+class SamplingParams:
+    max_tokens: int | None = 16           # None: until EOS or the context is full
+    temperature: float = 1.0
+    top_k: int = 0                        # <= 0: disabled
+    top_p: float = 1.0
+    min_p: float = 0.0
+    seed: int | None = None               # None: a random seed per request
+    stop: list[str] = field(default_factory=list)
+    stop_token_ids: list[int] = field(default_factory=list)
+    ignore_eos: bool = False
+    logprobs: int | None = None           # number of top alternatives to report per token
+
+    def __post_init__(self):
+        if isinstance(self.stop, str):
+            self.stop = [self.stop]
+        self.stop = [s for s in (self.stop or []) if s]
+        self.validate()
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature <= 0
+
+    def validate(self) -> None:
+        def bad(field_name, why):
+            raise InvalidRequestError(f"invalid {field_name}: {why}")
+
+        if self.max_tokens is not None and (not isinstance(self.max_tokens, int) or self.max_tokens < 1):
+            bad("max_tokens", f"must be a positive integer, got {self.max_tokens!r}")
+        if not isinstance(self.temperature, (int, float)) or self.temperature != self.temperature:
+            bad("temperature", f"must be a number, got {self.temperature!r}")
+        if not isinstance(self.top_k, int):
+            bad("top_k", f"must be an integer, got {self.top_k!r}")
+        if not isinstance(self.top_p, (int, float)) or not 0.0 < self.top_p <= 1.0:
+            bad("top_p", f"must be in (0, 1], got {self.top_p!r}")
+        if not isinstance(self.min_p, (int, float)) or not 0.0 <= self.min_p <= 1.0:
+            bad("min_p", f"must be in [0, 1], got {self.min_p!r}")
+        if self.seed is not None and not isinstance(self.seed, int):
+            bad("seed", f"must be an integer, got {self.seed!r}")
+        if self.logprobs is not None and (not isinstance(self.logprobs, int) or not 0 <= self.logprobs <= 20):
+            bad("logprobs", f"must be an integer in [0, 20], got {self.logprobs!r}")
+        if any(not isinstance(t, int) or t < 0 for t in self.stop_token_ids):
+            bad("stop_token_ids", "must be non-negative integers")
+        if any(not isinstance(s, str) for s in self.stop):
+            bad("stop", "must be a string or a list of strings")
+
+
+def make_generator(seed: int | None) -> tuple[torch.Generator, int]:
+    if seed is None or seed < 0:
+        seed = int.from_bytes(os.urandom(8), "little") & ((1 << 63) - 1)
+    gen = torch.Generator()
+    gen.manual_seed(seed)
+    return gen, seed
+
+
+def target_probs(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
+    """The distribution plain sampling draws from, for rows of float32 logits [R, V]."""
+    x = logits.float()
+    vocab = x.shape[-1]
+    if 0 < params.top_k < vocab:
+        kth = torch.topk(x, params.top_k, dim=-1).values[..., -1:]
+        x = x.masked_fill(x < kth, float("-inf"))
+    if params.top_p < 1.0:
+        sorted_x, order = torch.sort(x, dim=-1, descending=True)
+        sorted_p = torch.softmax(sorted_x, dim=-1)
+        before = torch.cumsum(sorted_p, dim=-1) - sorted_p      # mass strictly before each token
+        drop = before >= params.top_p
+        drop[..., 0] = False                                    # always keep the top token
+        x = x.scatter(-1, order, sorted_x.masked_fill(drop, float("-inf")))
+    if params.min_p > 0.0:
+        p = torch.softmax(x, dim=-1)
+        x = x.masked_fill(p < params.min_p * p.max(dim=-1, keepdim=True).values, float("-inf"))
+    return torch.softmax(x / params.temperature, dim=-1)
+
+
+def sample_rows(probs: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+    """One token per row of probs [R, V]."""
+    return torch.multinomial(probs, 1, generator=generator).squeeze(-1)

@@ -1,0 +1,105 @@
+"""The interface every speculative method implements (modelled on llama.cpp's
+`common_speculative_impl`) and the objects passed through it.
+
+A new method is one file with a Proposer subclass plus one line in registry.py.
+The engine never calls a proposer directly; the SpecDriver does, in llama.cpp's order:
+  begin(slot, prompt)      once per request, when its prompt has been processed
+  process(batch)           after every target forward (all slots' rows and taps)
+  draft(requests)          once per step for all slots that want a draft
+  accept(slot, n, other)   after verifying a draft (other=True: another method drafted)
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+import numpy as np
+import torch
+
+from ..models.step_batch import StepBatch
+from ..models.transformer import ForwardOutput
+
+
+@dataclass
+class Option:
+    """A command-line option a proposer declares; the CLI and server pick these up."""
+    flags: tuple[str, ...]
+    dest: str
+    type: type
+    default: Any
+    help: str
+    env: str | None = None
+
+
+@dataclass
+class DraftRequest:
+    slot: int
+    n_max: int                        # caller cap (context / max_tokens budget); the driver truncates to it
+    pos0: int                         # position id_last will take (= tokens already in the target cache)
+    id_last: int                      # last sampled target token, not yet in the cache
+    tokens: np.ndarray                # all tokens already in the target cache (int64, read-only view)
+    temperature: float = 0.0          # the request's temperature (drafters that sample may use it)
+    generator: torch.Generator | None = None   # the request's generator, for drafters that sample
+
+
+@dataclass
+class Draft:
+    tokens: list[int]
+    q_probs: torch.Tensor | None = None       # [k, V]: the distributions the tokens were sampled from
+    confidence: torch.Tensor | None = None    # [k]: predicted acceptance per position (DSpark)
+
+    def truncate(self, n: int) -> "Draft":
+        if len(self.tokens) <= n:
+            return self
+        return Draft(self.tokens[:n],
+                     None if self.q_probs is None else self.q_probs[:n],
+                     None if self.confidence is None else self.confidence[:n])
+
+
+@dataclass
+class TargetBatch:
+    """What `process()` sees: the rows of one target forward and its outputs."""
+    step: StepBatch
+    out: ForwardOutput
+    is_prompt: dict[int, bool] = field(default_factory=dict)   # slot -> rows are a prompt chunk
+
+
+@dataclass
+class ProposerContext:
+    """Everything a proposer may need at construction."""
+    target: Any                        # CausalLM (shared embedding / lm_head, config)
+    n_slots: int
+    max_ctx: int
+    options: dict[str, Any]            # all option values by dest name
+    draft_model_dir: str | None = None
+    tokenizer: Any = None
+
+
+class Proposer:
+    name: ClassVar[str] = "base"                  # the --spec-type name
+    stats_name: ClassVar[str | None] = None       # name in statistics lines (default: name)
+    options: ClassVar[list[Option]] = []
+    taps: tuple[int, ...] = ()                    # target layers whose output the proposer reads
+    needs_final_hidden: bool = False              # wants the target's final-normed hidden states
+
+    def __init__(self, ctx: ProposerContext):
+        self.ctx = ctx
+
+    def begin(self, slot: int, prompt: np.ndarray) -> None:
+        pass
+
+    def process(self, batch: TargetBatch) -> None:
+        pass
+
+    def draft(self, requests: list[DraftRequest]) -> dict[int, Draft]:
+        raise NotImplementedError
+
+    def accept(self, slot: int, n_accepted: int, is_other: bool) -> None:
+        pass
+
+    def release(self, slot: int) -> None:
+        """The request in `slot` ended (finished, aborted or failed)."""
+
+    def max_draft(self) -> int:
+        """Longest draft this proposer can return (sizes the per-position statistics)."""
+        return int(self.ctx.options.get("spec_draft_n_max", 3))

@@ -1,0 +1,71 @@
+"""ngram-simple: draft the m tokens that followed the most recent earlier occurrence of
+the current n-gram (llama.cpp `common_ngram_simple_draft`, reference section 5.1).
+
+The current n-gram is the last n-1 tokens in the cache plus id_last. Quirks kept on
+purpose for parity: position 0 never matches, the history must be longer than n+m+1,
+and a match needs at least n following tokens. The search is one vectorised pass.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .base import Draft, DraftRequest, Option, Proposer
+
+
+def find_last_ngram(tokens: np.ndarray, pattern: np.ndarray, last_start: int) -> int:
+    """Largest j in [1, last_start] with tokens[j:j+n] == pattern, or 0 if none."""
+    n = len(pattern)
+    if last_start < 1:
+        return 0
+    region = tokens[1:last_start + n]
+    candidates = np.flatnonzero(region[:last_start] == pattern[0])
+    for offset in range(1, n):
+        if not len(candidates):
+            return 0
+        candidates = candidates[region[candidates + offset] == pattern[offset]]
+    return int(candidates[-1]) + 1 if len(candidates) else 0
+
+
+def ngram_simple_draft(tokens: np.ndarray, id_last: int, n: int, m: int) -> list[int]:
+    length = len(tokens)
+    if length <= n + m + 1:
+        return []
+    pattern = np.append(tokens[length - n + 1:], id_last).astype(tokens.dtype)
+    match = find_last_ngram(tokens, pattern, length - n - 1)
+    if match == 0:
+        return []
+    copy_max = min(m, length - (match + n))
+    if copy_max < n:
+        return []
+    return tokens[match + n:match + n + copy_max].tolist()
+
+
+class NgramSimple(Proposer):
+    name = "ngram-simple"
+    options = [
+        Option(("--spec-ngram-simple-size-n",), "spec_ngram_simple_size_n", int, 12,
+               "ngram-simple: length of the lookup n-gram"),
+        Option(("--spec-ngram-simple-size-m",), "spec_ngram_simple_size_m", int, 48,
+               "ngram-simple: length of the draft m-gram"),
+        Option(("--spec-ngram-simple-min-hits",), "spec_ngram_simple_min_hits", int, 1,
+               "ngram-simple: minimum hits (accepted for compatibility; unused, as in llama.cpp)"),
+    ]
+
+    def __init__(self, ctx):
+        super().__init__(ctx)
+        self.n = int(ctx.options.get("spec_ngram_simple_size_n", 12))
+        self.m = int(ctx.options.get("spec_ngram_simple_size_m", 48))
+        if self.n < 1 or self.m < 1:
+            from ..errors import OptionError
+            raise OptionError("--spec-ngram-simple-size-n and --spec-ngram-simple-size-m must be >= 1")
+
+    def draft(self, requests: list[DraftRequest]) -> dict[int, Draft]:
+        out = {}
+        for req in requests:
+            tokens = ngram_simple_draft(req.tokens, req.id_last, self.n, self.m)
+            if tokens:
+                out[req.slot] = Draft(tokens)
+        return out
+
+    def max_draft(self) -> int:
+        return self.m

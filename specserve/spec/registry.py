@@ -1,0 +1,66 @@
+"""--spec-type names -> Proposer classes, and llama.cpp's fixed precedence between them.
+
+To add a method: write spec/<method>.py with a Proposer subclass and add one line to
+REGISTRY below ("name": "module:Class").
+"""
+from __future__ import annotations
+
+import importlib
+
+from ..errors import OptionError
+from .base import Option, Proposer, ProposerContext
+from .driver import SpecDriver
+
+# llama.cpp's order, whatever order the user lists types in (reference section 1.2)
+PRECEDENCE = [
+    "ngram-simple", "ngram-map-k", "ngram-map-k4v", "ngram-mod", "ngram-cache",
+    "draft-simple", "draft-eagle3", "draft-mtp", "draft-dflash", "draft-dspark",
+]
+
+REGISTRY: dict[str, str | type] = {
+    "ngram-simple": "ngram_simple:NgramSimple",
+}
+
+
+def proposer_class(name: str) -> type[Proposer]:
+    entry = REGISTRY[name]
+    if isinstance(entry, type):
+        return entry
+    module, cls = entry.split(":")
+    return getattr(importlib.import_module(f"{__package__}.{module}"), cls)
+
+
+def _in_order(names) -> list[str]:
+    """Precedence order; types outside PRECEDENCE (plug-ins) come last, in the given order."""
+    return [n for n in PRECEDENCE if n in names] + [n for n in names if n not in PRECEDENCE]
+
+
+def available_types() -> list[str]:
+    return ["none"] + _in_order(list(REGISTRY))
+
+
+def parse_spec_types(value: str | list[str] | None) -> list[str]:
+    """Comma list -> enabled types in precedence order; 'none' anywhere disables speculation."""
+    if value is None:
+        return []
+    items = value.split(",") if isinstance(value, str) else list(value)
+    names = [s.strip() for s in items if s and s.strip()]
+    unknown = [n for n in names if n != "none" and n not in REGISTRY]
+    if unknown:
+        raise OptionError(f"unknown spec type(s) {', '.join(map(repr, unknown))}; "
+                          f"valid types: {', '.join(available_types())}")
+    if "none" in names:
+        return []
+    return _in_order(list(dict.fromkeys(names)))
+
+
+def all_options() -> list[Option]:
+    """Options declared by every registered proposer (for the CLI and the server)."""
+    return [opt for name in REGISTRY for opt in proposer_class(name).options]
+
+
+def build_driver(spec_types: list[str], ctx: ProposerContext) -> SpecDriver | None:
+    if not spec_types:
+        return None
+    proposers = [proposer_class(name)(ctx) for name in spec_types]
+    return SpecDriver(proposers, ctx.n_slots)

@@ -1,0 +1,55 @@
+"""Lossless verification of one slot's draft against the target's rows.
+
+Rows: row i holds the target's prediction for the token after (id_last, d_1..d_i),
+so row i verifies draft token d_{i+1} and the last row gives the bonus token.
+Every function returns the emitted tokens: the accepted draft prefix followed by
+one target token (the correction at the first rejection, or the bonus).
+
+* greedy: accept while d_i == argmax;
+* one-hot drafts (no q): sample y_i from the target and accept while y_i == d_i
+  ("sample and compare", llama.cpp's rule; exactly the target distribution);
+* drafts with q: accept d_i with probability min(1, p(d_i)/q(d_i)); at the first
+  rejection emit a sample of norm(max(0, p - q)); if all pass, a bonus from p.
+"""
+from __future__ import annotations
+
+import torch
+
+from ..sampling import sample_rows
+
+
+def verify_greedy(draft: list[int], target_argmax: list[int]) -> list[int]:
+    n_acc = 0
+    for tok, best in zip(draft, target_argmax):
+        if tok != best:
+            break
+        n_acc += 1
+    return draft[:n_acc] + [target_argmax[n_acc]]
+
+
+def verify_sample_compare(draft: list[int], probs: torch.Tensor, generator: torch.Generator) -> list[int]:
+    """probs: [k+1, V], the target's sampling distribution per row."""
+    samples = sample_rows(probs, generator).tolist()
+    return verify_greedy(draft, samples)
+
+
+def verify_rejection(draft: list[int], probs: torch.Tensor, q_probs: torch.Tensor,
+                     generator: torch.Generator) -> list[int]:
+    """probs: [k+1, V] target; q_probs: [k, V], the distributions the draft tokens were drawn from."""
+    k = len(draft)
+    if k == 0:
+        return [int(sample_rows(probs[:1], generator)[0])]
+    idx = torch.tensor(draft, dtype=torch.int64).unsqueeze(-1)
+    p_tok = probs[:k].gather(-1, idx).squeeze(-1)
+    q_tok = q_probs[:k].float().gather(-1, idx).squeeze(-1)
+    u = torch.rand(k, generator=generator, dtype=torch.float64)
+    accepted = (q_tok > 0) & (u * q_tok.double() <= p_tok.double())
+    rejected = (~accepted).nonzero()
+    n_acc = int(rejected[0]) if rejected.numel() else k
+    if n_acc == k:
+        return draft + [int(sample_rows(probs[k:k + 1], generator)[0])]
+    residual = (probs[n_acc] - q_probs[n_acc].float()).clamp_min(0)
+    total = residual.sum()
+    if not total > 0:            # p == q: the rejection had probability 0; fall back to p
+        residual = probs[n_acc]
+    return draft[:n_acc] + [int(sample_rows((residual / residual.sum()).unsqueeze(0), generator)[0])]

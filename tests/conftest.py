@@ -1,0 +1,23 @@
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from helpers import write_model  # noqa: E402
+
+# one thread: tiny test models gain nothing from more, and it keeps tests fast on a busy machine
+torch.set_num_threads(1)
+
+
+@pytest.fixture(scope="session")
+def tiny_qwen3(tmp_path_factory):
+    """A random Qwen3 checkpoint whose greedy output loops a lot (peaky weights), so n-gram drafts happen."""
+    return write_model(tmp_path_factory.mktemp("qwen3"), "qwen3", seed=1, std=0.25)
+
+
+@pytest.fixture(scope="session")
+def tiny_llama(tmp_path_factory):
+    return write_model(tmp_path_factory.mktemp("llama"), "llama", seed=2, std=0.25)

@@ -1,0 +1,63 @@
+"""Proposers used only by tests: drafts whose quality the test controls.
+
+They are real Proposer subclasses plugged in through the registry, so the engine,
+driver and verifier under test are exactly the production ones.
+"""
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from specserve.spec.base import Draft, Proposer
+
+
+class Oracle(Proposer):
+    """Drafts the target's own greedy continuation, with some positions corrupted.
+
+    Corruption is seeded from (position, last token), so drafts do not depend on the
+    rest of the batch; accepted lengths therefore vary from 0 to the full draft.
+    """
+    name = "test-oracle"
+    corrupt = 0.3
+    n_draft = 5
+
+    def draft(self, requests):
+        out = {}
+        target = self.ctx.target
+        for req in requests:
+            seq = list(req.tokens) + [req.id_last]
+            rng = np.random.default_rng(req.pos0 * 7919 + req.id_last)
+            k = int(rng.integers(1, self.n_draft + 1))
+            tokens = []
+            with torch.inference_mode():
+                for _ in range(k):
+                    hidden, _ = target.forward_full(torch.tensor([seq]))
+                    nxt = int(target.logits(hidden[0, -1:]).argmax())
+                    if rng.random() < self.corrupt:
+                        nxt = int(rng.integers(0, target.config.vocab_size))
+                    tokens.append(nxt)
+                    seq.append(nxt)
+            out[req.slot] = Draft(tokens)
+        return out
+
+    def max_draft(self):
+        return self.n_draft
+
+
+class FixedQ(Proposer):
+    """Drafts k tokens sampled i.i.d. from a fixed distribution q (with or without passing q)."""
+    name = "test-fixed-q"
+    q = None            # set by the test: tensor [V]
+    pass_q = True
+    k = 2
+
+    def draft(self, requests):
+        out = {}
+        for req in requests:
+            tokens = torch.multinomial(self.q, self.k, replacement=True, generator=req.generator).tolist()
+            q_probs = self.q.unsqueeze(0).expand(self.k, -1) if self.pass_q else None
+            out[req.slot] = Draft(tokens, q_probs)
+        return out
+
+    def max_draft(self):
+        return self.k

@@ -1,0 +1,49 @@
+"""The target's sampling distribution: top-k, top-p, min-p, temperature (llama.cpp order)."""
+import torch
+
+from specserve.sampling import SamplingParams, make_generator, target_probs
+
+
+def reference(logits, top_k=0, top_p=1.0, min_p=0.0, temperature=1.0):
+    """A plain per-token implementation of the same chain."""
+    keep = list(range(len(logits)))
+    order = sorted(keep, key=lambda i: -logits[i])
+    if top_k > 0:
+        order = order[:top_k]
+    p = torch.softmax(torch.tensor([logits[i] for i in order]), -1).tolist()
+    if top_p < 1.0:
+        kept, mass = [], 0.0
+        for i, pi in zip(order, p):
+            kept.append(i)
+            mass += pi
+            if mass >= top_p:
+                break
+        order = kept
+    if min_p > 0:
+        p = torch.softmax(torch.tensor([logits[i] for i in order]), -1).tolist()
+        best = max(p)
+        order = [i for i, pi in zip(order, p) if pi >= min_p * best]
+    out = torch.zeros(len(logits))
+    vals = torch.softmax(torch.tensor([logits[i] / temperature for i in order]), -1)
+    out[order] = vals
+    return out
+
+
+def test_matches_reference_chain():
+    gen = torch.Generator().manual_seed(0)
+    for _ in range(50):
+        logits = torch.randn(30, generator=gen) * 2
+        for kw in (dict(top_k=5), dict(top_p=0.7), dict(min_p=0.2), dict(top_k=10, top_p=0.9, min_p=0.05),
+                   dict(temperature=0.5, top_p=0.8)):
+            params = SamplingParams(temperature=kw.pop("temperature", 1.0), **kw)
+            ours = target_probs(logits.unsqueeze(0), params)[0]
+            ref = reference(logits.tolist(), params.top_k, params.top_p, params.min_p, params.temperature)
+            assert torch.allclose(ours, ref, atol=1e-6), kw
+
+
+def test_generators_are_reproducible():
+    g1, s1 = make_generator(42)
+    g2, _ = make_generator(42)
+    assert s1 == 42 and torch.equal(torch.rand(5, generator=g1), torch.rand(5, generator=g2))
+    _, random_seed = make_generator(None)
+    assert random_seed >= 0
