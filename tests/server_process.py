@@ -42,16 +42,16 @@ class ServerProcess:
         env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
         self.log_file = open(log_path, "w")
         self.proc = subprocess.Popen(cmd, stdout=self.log_file, stderr=subprocess.STDOUT, env=env)
-        self._wait_healthy()
 
-    def _wait_healthy(self, timeout: float = 90.0) -> None:
+    def ready(self, timeout: float = 90.0) -> "ServerProcess":
+        """Wait until /health answers (servers started together load in parallel)."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"server exited with {self.proc.returncode}:\n{self.log()}")
             try:
                 if httpx.get(self.url + "/health", timeout=1).status_code == 200:
-                    return
+                    return self
             except httpx.TransportError:
                 pass
             time.sleep(0.1)

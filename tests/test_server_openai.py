@@ -16,7 +16,7 @@ MESSAGES = [{"role": "system", "content": "You write Python."}, {"role": "user",
 
 @pytest.fixture(scope="module")
 def server(tiny_qwen3, tmp_path_factory):
-    proc = ServerProcess(tiny_qwen3, tmp_path_factory.mktemp("server") / "server.log", *SPEC_ARGS, "-np", "4")
+    proc = ServerProcess(tiny_qwen3, tmp_path_factory.mktemp("server") / "server.log", *SPEC_ARGS, "-np", "4").ready()
     yield proc
     proc.stop()
 
