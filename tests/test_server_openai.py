@@ -165,3 +165,30 @@ def test_server_log_prints_llama_lines(server):
     assert "draft acceptance = " in log and "     acc per pos = (" in log
     assert "statistics     ngram-simple: #calls(b,g,a) =" in log
     assert "slot      release: id " in log
+
+
+def test_timings_per_token(server):
+    request = {"prompt": "for i in", "n_predict": 6, "temperature": 0, "ignore_eos": True, "stream": True,
+               "timings_per_token": True}
+    with httpx.stream("POST", server.url + "/completion", json=request, timeout=60) as resp:
+        events = [json.loads(line[6:]) for line in resp.iter_lines() if line.startswith("data: ")]
+    assert all("timings" in e for e in events)
+    assert [e["timings"]["predicted_n"] for e in events[:-1]] == sorted(e["timings"]["predicted_n"] for e in events[:-1])
+
+
+def test_serve_command_errors(tmp_path):
+    import os
+    import subprocess
+    import sys
+    from server_process import ROOT
+    env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
+
+    def serve(*args):
+        return subprocess.run([sys.executable, "-m", "specserve", "serve", *args], capture_output=True, text=True,
+                              env=env, timeout=120)
+    r = serve("-m", str(tmp_path / "missing"))
+    assert r.returncode == 1 and "model directory not found" in r.stderr
+    r = serve("--spec-type", "draft-magic")
+    assert r.returncode == 1 and "unknown spec type(s) 'draft-magic'" in r.stderr
+    r = serve("--port", "eighty")
+    assert r.returncode == 2 and "--port" in r.stderr

@@ -69,20 +69,24 @@ class EngineLoop:
 
 
 class RequestStream:
-    """Receives one request's updates (from the engine thread) as an async iterator.
+    """Receives one request's updates (from the engine thread) on the event loop.
 
+    With `every_step` the engine hands over a snapshot after each step (streaming);
+    otherwise only the final output arrives, through `push` (called by the server's
+    on_finish hook), so a non-streaming request costs the event loop nothing per step.
     Each update's `logprobs` holds only the entries of its `new_token_ids`: the engine's
     list keeps growing on the engine thread, so the slice is taken there.
     """
 
-    def __init__(self, request: Request, aloop: asyncio.AbstractEventLoop):
+    def __init__(self, request: Request, aloop: asyncio.AbstractEventLoop, every_step: bool = True):
         self.request = request
         self.aloop = aloop
         self.queue: asyncio.Queue[RequestOutput] = asyncio.Queue()
         self.finished = False
-        request.on_update = self._push
+        if every_step:
+            request.on_update = self.push
 
-    def _push(self, out: RequestOutput) -> None:     # engine thread
+    def push(self, out: RequestOutput) -> None:     # engine thread
         if out.logprobs is not None:
             end = len(out.token_ids)
             out.logprobs = list(out.logprobs[end - len(out.new_token_ids):end])

@@ -53,13 +53,17 @@ class Generation:
         self.loop = EngineLoop(engine)
         self.metrics = ServerMetrics(engine, settings.model_name)
         self.task_ids: dict[str, int] = {}
+        self.final_only: dict[str, RequestStream] = {}    # non-streaming requests, by id
         self._next_task = itertools.count()
         self.num_spec_tokens = engine.driver.max_draft() if engine.driver is not None else 0
         engine.on_finish = self._on_finish
 
     # ------------------------------------------------------------ engine side
     def _on_finish(self, r: Request) -> None:
-        """Engine thread: count the request and print llama-server's lines for it."""
+        """Engine thread: hand a non-streaming request its output, count it, print llama-server's lines."""
+        waiting = self.final_only.pop(r.request_id, None)
+        if waiting is not None:
+            waiting.push(r.snapshot())
         self.metrics.observe_finished(r)
         task = self.task_ids.pop(r.request_id, -1)
         if not r.t_start:
@@ -76,18 +80,19 @@ class Generation:
     # ------------------------------------------------------------ submission
     def submit(self, job: Job, request_id: str, prompt_param: str) -> Running:
         request = Request(request_id, job.prompt_ids, job.params)
-        stream = RequestStream(request, asyncio.get_running_loop())
+        stream = RequestStream(request, asyncio.get_running_loop(), every_step=job.stream)
         running = Running(job, request, stream)
         task = next(self._next_task)
         self.task_ids[request_id] = task
+        if not job.stream:
+            self.final_only[request_id] = stream
         try:
             self.loop.submit(request)
-        except ContextOverflowError as exc:
+        except InvalidRequestError as exc:      # ContextOverflowError included
             self.task_ids.pop(request_id, None)
-            raise bad_request(str(exc), prompt_param, "context_length_exceeded") from None
-        except InvalidRequestError as exc:
-            self.task_ids.pop(request_id, None)
-            raise bad_request(str(exc), prompt_param) from None
+            self.final_only.pop(request_id, None)
+            code = "context_length_exceeded" if isinstance(exc, ContextOverflowError) else "invalid_value"
+            raise bad_request(str(exc), prompt_param, code) from None
         log.info("task %d: queued %s (%d prompt tokens)", task, request_id, len(job.prompt_ids))
         if self.settings.timeout > 0:
             running.timer = asyncio.get_running_loop().call_later(self.settings.timeout, self._time_out, running)
