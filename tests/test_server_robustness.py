@@ -151,10 +151,14 @@ def test_client_disconnect_frees_the_slot(server):
         assert r.status_code == 200 and r.json()["usage"]["completion_tokens"] == 8
         assert next(data_events(keeper_lines))["choices"]
     assert wait_for(lambda: busy_slots(server) == 0, 2.0)
+    # a non-streaming client that gives up is noticed too
+    with pytest.raises(httpx.ReadTimeout):
+        httpx.post(server.url + "/v1/completions", json={**unbounded, "stream": False}, headers=headers, timeout=0.5)
+    assert wait_for(lambda: busy_slots(server) == 0, 2.0)
     after = metric_values(server.get("/metrics").text)
     key = [k for k in after if k.startswith('vllm:request_success_total{finished_reason="abort"')][0]
-    assert after[key] - before.get(key, 0) == 2
-    assert server.log().count("finish_reason = abort") >= 2
+    assert after[key] - before.get(key, 0) == 3
+    assert server.log().count("finish_reason = abort") >= 3
 
 
 def test_timeout(server):

@@ -56,6 +56,7 @@ class Generation:
         self.final_only: dict[str, RequestStream] = {}    # non-streaming requests, by id
         self._next_task = itertools.count()
         self.num_spec_tokens = engine.driver.max_draft() if engine.driver is not None else 0
+        self.texts = TokenTexts(tokenizer)
         engine.on_finish = self._on_finish
 
     # ------------------------------------------------------------ engine side
@@ -64,6 +65,12 @@ class Generation:
         waiting = self.final_only.pop(r.request_id, None)
         if waiting is not None:
             waiting.push(r.snapshot())
+        try:        # bookkeeping must never fail a request or the engine step
+            self._count_and_log(r)
+        except Exception:
+            log.exception("statistics for request %s failed", r.request_id)
+
+    def _count_and_log(self, r: Request) -> None:
         self.metrics.observe_finished(r)
         task = self.task_ids.pop(r.request_id, -1)
         if not r.t_start:
@@ -163,7 +170,7 @@ class Generation:
         if job.stream:
             return self.openai_stream(running, response_id, chat)
         out = await self.run_to_end(http, running)
-        texts = TokenTexts(self.tokenizer)
+        texts = self.texts
         created, model = int(time.time()), self.settings.model_name
         if chat:
             logprobs = oai.chat_logprobs(texts, running.logprobs) if job.want_logprobs else None
@@ -172,7 +179,7 @@ class Generation:
         return oai.completion_response(response_id, created, model, job, out, logprobs, self.extras(running, out))
 
     async def openai_stream(self, running: Running, response_id: str, chat: bool) -> AsyncIterator[str]:
-        job, texts = running.job, TokenTexts(self.tokenizer)
+        job, texts = running.job, self.texts
         created, model = int(time.time()), self.settings.model_name
         sent_role, offsets = False, oai.TextOffsets()
         try:
@@ -220,13 +227,13 @@ class Generation:
         if job.stream:
             return self.llama_stream(running)
         out = await self.run_to_end(http, running)
-        texts = TokenTexts(self.tokenizer)
+        texts = self.texts
         probabilities = llama_api.completion_probabilities(texts, running.logprobs) if job.want_logprobs else None
         return llama_api.final_response(running.request, out, job, self.settings, out.text, list(out.token_ids),
                                         probabilities, self.extras(running, out))
 
     async def llama_stream(self, running: Running) -> AsyncIterator[str]:
-        job, texts = running.job, TokenTexts(self.tokenizer)
+        job, texts = running.job, self.texts
         try:
             while True:
                 out = await self._next(running)

@@ -31,18 +31,23 @@ def byte_level_alphabet() -> dict[str, int]:
 
 
 class TokenTexts:
+    """Token id -> (text, bytes), cached. Used from the event loop thread only."""
+
     def __init__(self, tokenizer: Tokenizer | None):
         self.tokenizer = tokenizer
         self.byte_of = None
-        if tokenizer is not None and isinstance(tokenizer.tok.decoder, decoders.ByteLevel):
-            self.byte_of = byte_level_alphabet()
+        self.added: set[int] = set()
+        if tokenizer is not None:
+            self.added = set(tokenizer.tok.get_added_tokens_decoder())
+            if isinstance(tokenizer.tok.decoder, decoders.ByteLevel):
+                self.byte_of = byte_level_alphabet()
         self.cache: dict[int, tuple[str, bytes]] = {}
 
     def token_bytes(self, token_id: int) -> bytes:
         piece = self.tokenizer.id_to_token(token_id) if self.tokenizer is not None else None
         if piece is None:
             return b""
-        if self.tokenizer.tok.get_added_tokens_decoder().get(token_id) is not None:
+        if token_id in self.added:
             return piece.encode("utf-8")
         if self.byte_of is not None and all(c in self.byte_of for c in piece):
             return bytes(self.byte_of[c] for c in piece)
