@@ -34,6 +34,7 @@ class Job:
     include_usage: bool = False
     want_logprobs: bool = False           # params.logprobs = how many alternatives per token
     timings_per_token: bool = False
+    max_tokens_given: bool = True         # False: max_tokens is the server's default (-n)
 
 
 def sampling_fields(body: Body, defaults: SamplingDefaults, temperature_min: float | None = 0.0,
@@ -162,8 +163,9 @@ def parse_chat(data: dict, tokenizer: Tokenizer | None, defaults: SamplingDefaul
                                              **template_kwargs)
     except InvalidRequestError as exc:
         raise bad_request(str(exc), "messages") from None
+    given = data.get("max_tokens") is not None or data.get("max_completion_tokens") is not None
     return Job(tokenizer.encode(text, add_special_tokens=False), make_params(**fields), text, stream,
-               include_usage, want_logprobs, timings_per_token)
+               include_usage, want_logprobs, timings_per_token, given)
 
 
 def completion_prompt(body: Body, tokenizer: Tokenizer | None) -> tuple[list[int], str]:
@@ -200,13 +202,17 @@ def parse_completion(data: dict, tokenizer: Tokenizer | None, defaults: Sampling
     timings_per_token = body.boolean("timings_per_token")
     body.reject_unknown(IGNORED_FIELDS)
     return Job(prompt_ids, make_params(**fields), prompt_text, stream, include_usage, logprobs is not None,
-               timings_per_token)
+               timings_per_token, data.get("max_tokens") is not None)
 
 
 def check_room(job: Job, ctx_size: int) -> None:
-    """vLLM's rule: the prompt plus the requested completion must fit the context."""
+    """vLLM's rule: the prompt plus the requested completion must fit the context
+    (a server-default max_tokens is shortened instead)."""
     n_prompt, n_max = len(job.prompt_ids), job.params.max_tokens
     if n_max is not None and n_prompt < ctx_size and n_prompt + n_max > ctx_size:
+        if not job.max_tokens_given:
+            job.params.max_tokens = ctx_size - n_prompt
+            return
         raise bad_request(f"This model's maximum context length is {ctx_size} tokens. However, you requested "
                           f"{n_prompt + n_max} tokens ({n_prompt} in the prompt, {n_max} in the completion). "
                           "Please reduce the length of the prompt or completion.", "max_tokens",
