@@ -78,6 +78,15 @@ def test_completions_logprobs_are_the_targets(server, client, tiny_qwen3):
     assert streamed == lp.token_logprobs
 
 
+def test_continuous_usage_stats(client):
+    chunks = list(client.completions.create(model="any", prompt="for i in", max_tokens=12, temperature=0,
+                                            stream=True, extra_body={"ignore_eos": True}, stream_options={
+                                                "include_usage": True, "continuous_usage_stats": True}))
+    counts = [c.usage.completion_tokens for c in chunks]
+    assert counts == sorted(counts) and counts[-1] == 12 and chunks[-1].choices == []
+    assert all(c.usage.prompt_tokens == chunks[-1].usage.prompt_tokens for c in chunks)
+
+
 def test_chat_logprobs(client):
     r = client.chat.completions.create(model="any", messages=MESSAGES, max_tokens=8, temperature=0, logprobs=True,
                                        top_logprobs=2)

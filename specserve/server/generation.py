@@ -189,7 +189,9 @@ class Generation:
                 if error is not None:
                     yield sse(error.body())
                     break
-                per_token = {"timings": out.timings} if job.timings_per_token else None
+                per_token = {"timings": out.timings} if job.timings_per_token else {}
+                if job.continuous_usage:
+                    per_token["usage"] = oai.output_usage(out)
                 has_logprobs = job.want_logprobs and bool(out.new_token_ids)
                 if out.new_text or has_logprobs or (chat and not sent_role and out.finished):
                     if chat:
@@ -206,13 +208,14 @@ class Generation:
                                                        logprobs=logprobs, extras=per_token))
                 if out.finished:
                     extras = self.extras(running, out)
+                    last = {**extras, **per_token}
                     stop = oai.stop_reason(job, out)
                     if chat:
                         yield sse(oai.chat_chunk(response_id, created, model, {}, out.finish_reason,
-                                                 stop=stop, extras=extras))
+                                                 stop=stop, extras=last))
                     else:
                         yield sse(oai.completion_chunk(response_id, created, model, "", out.finish_reason,
-                                                       stop=stop, extras=extras))
+                                                       stop=stop, extras=last))
                     if job.include_usage:
                         obj = "chat.completion.chunk" if chat else "text_completion"
                         yield sse(oai.usage_chunk(response_id, created, model, obj, out, extras))

@@ -35,6 +35,7 @@ class Job:
     want_logprobs: bool = False           # params.logprobs = how many alternatives per token
     timings_per_token: bool = False
     max_tokens_given: bool = True         # False: max_tokens is the server's default (-n)
+    continuous_usage: bool = False        # usage so far on every stream chunk (vLLM)
 
 
 def sampling_fields(body: Body, defaults: SamplingDefaults, temperature_min: float | None = 0.0,
@@ -75,18 +76,22 @@ def _openai_common(body: Body, defaults: SamplingDefaults) -> dict:
     return fields
 
 
-def _stream_options(body: Body, stream: bool) -> bool:
+def _stream_options(body: Body, stream: bool) -> tuple[bool, bool]:
+    """(include_usage, continuous_usage_stats): the usage chunk at the end, and usage on every chunk."""
     options = body.obj("stream_options")
     unknown = sorted(set(options) - {"include_usage", "continuous_usage_stats"})
     if unknown:
         raise bad_request(f"Unrecognized stream_options field: {unknown[0]}", "stream_options", "unknown_parameter")
     if options and not stream:
         raise bad_request("'stream_options' is only allowed when 'stream' is true", "stream_options")
-    include = options.get("include_usage", False)
-    if not isinstance(include, bool):
-        raise bad_request(f"'stream_options.include_usage' must be a boolean, got {describe(include)}",
-                          "stream_options", "invalid_type")
-    return include
+    flags = []
+    for name in ("include_usage", "continuous_usage_stats"):
+        value = options.get(name, False)
+        if not isinstance(value, bool):
+            raise bad_request(f"'stream_options.{name}' must be a boolean, got {describe(value)}",
+                              "stream_options", "invalid_type")
+        flags.append(value)
+    return flags[0], flags[0] and flags[1]
 
 
 def _message_text(content, where: str) -> str:
@@ -134,7 +139,7 @@ def parse_chat(data: dict, tokenizer: Tokenizer | None, defaults: SamplingDefaul
     body = Body(data)
     messages = chat_messages(body)
     stream = body.boolean("stream")
-    include_usage = _stream_options(body, stream)
+    include_usage, continuous_usage = _stream_options(body, stream)
     fields = _openai_common(body, defaults)
     fields["max_tokens"] = body.integer("max_completion_tokens", fields["max_tokens"], minimum=1)
     want_logprobs = body.boolean("logprobs")
@@ -165,7 +170,7 @@ def parse_chat(data: dict, tokenizer: Tokenizer | None, defaults: SamplingDefaul
         raise bad_request(str(exc), "messages") from None
     given = data.get("max_tokens") is not None or data.get("max_completion_tokens") is not None
     return Job(tokenizer.encode(text, add_special_tokens=False), make_params(**fields), text, stream,
-               include_usage, want_logprobs, timings_per_token, given)
+               include_usage, want_logprobs, timings_per_token, given, continuous_usage)
 
 
 def completion_prompt(body: Body, tokenizer: Tokenizer | None) -> tuple[list[int], str]:
@@ -192,7 +197,7 @@ def parse_completion(data: dict, tokenizer: Tokenizer | None, defaults: Sampling
     body = Body(data)
     prompt_ids, prompt_text = completion_prompt(body, tokenizer)
     stream = body.boolean("stream")
-    include_usage = _stream_options(body, stream)
+    include_usage, continuous_usage = _stream_options(body, stream)
     fields = _openai_common(body, defaults)
     body.unsupported("best_of", (None, 1))
     body.unsupported("echo", (None, False))
@@ -202,7 +207,7 @@ def parse_completion(data: dict, tokenizer: Tokenizer | None, defaults: Sampling
     timings_per_token = body.boolean("timings_per_token")
     body.reject_unknown(IGNORED_FIELDS)
     return Job(prompt_ids, make_params(**fields), prompt_text, stream, include_usage, logprobs is not None,
-               timings_per_token, data.get("max_tokens") is not None)
+               timings_per_token, data.get("max_tokens") is not None, continuous_usage)
 
 
 def check_room(job: Job, ctx_size: int) -> None:
