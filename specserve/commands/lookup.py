@@ -133,7 +133,8 @@ def stats_lines(result: dict, t_draft_flat_us: float) -> list[str]:
         f"n_predict    = {result['n_predict']}",
         f"n_drafted    = {drafted}",
         f"t_draft_flat = {t_draft_flat_us * 1e-3:.2f} ms",
-        f"t_draft      = {t_us * 1e-3:.2f} ms, {us_per_token:.2f} us per token, {tokens_per_second:.2f} tokens per second",
+        f"t_draft      = {t_us * 1e-3:.2f} ms, {us_per_token:.2f} us per token, "
+        f"{tokens_per_second:.2f} tokens per second",
         f"n_accept     = {result['n_accept']}",
         f"accept       = {accept:.3f}%",
     ]

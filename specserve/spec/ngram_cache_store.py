@@ -12,6 +12,7 @@ cache was built, loaded or merged in.
 """
 from __future__ import annotations
 
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
@@ -23,7 +24,6 @@ TOKEN_NULL = -1
 # drafting thresholds, indexed by n-gram size - 1
 MIN_SAMPLE_LAX, MIN_PERCENT_LAX = (2, 2, 1, 1), (66, 50, 50, 50)
 MIN_SAMPLE_STRICT, MIN_PERCENT_STRICT = (4, 3, 2, 2), (75, 66, 66, 66)
-_VECTORISE_FROM = 256        # updates with more new n-grams than this are counted with numpy
 
 Ngram = tuple[int, int, int, int]
 
@@ -59,12 +59,13 @@ class NgramCache:
             start = max(length - nnew, size) - offset
             if start >= len(tail):
                 continue
-            if len(tail) - start >= _VECTORISE_FROM:
-                self._add_counted(*_count_pairs(tail, size, start))
-            else:
-                tokens = tail[start - size:].tolist()
-                for i in range(size, len(tokens)):
-                    self._add(ngram_key(tokens[i - size:i]), tokens[i], 1)
+            # count (n-gram, next token) rows in C (Counter keeps first-occurrence order), then
+            # fold them into the table: Python work per distinct row, not per position
+            columns = [tail[start - size + k:len(tail) - size + k].tolist() for k in range(size)]
+            columns.append(tail[start:].tolist())
+            pad = (TOKEN_NULL,) * (NGRAM_MAX - size)
+            for row, count in Counter(zip(*columns)).items():
+                self._add(row[:size] + pad, row[size], count)
 
     def _add(self, ngram: Ngram, token: int, count: int) -> None:
         part = self.table.get(ngram)
@@ -72,10 +73,6 @@ class NgramCache:
             self.table[ngram] = {token: count}
         else:
             part[token] = part.get(token, 0) + count
-
-    def _add_counted(self, rows: list, counts: list) -> None:
-        for row, count in zip(rows, counts):
-            self._add(tuple(row[:NGRAM_MAX]), row[NGRAM_MAX], count)
 
     def merge(self, other: "NgramCache") -> None:
         """Add another cache's counts to this one."""
@@ -132,18 +129,6 @@ class NgramCache:
         if not path.is_file():
             raise OptionError(f"{what} file not found: {path}")
         return cls.from_bytes(path.read_bytes(), str(path))
-
-
-def _count_pairs(inp: np.ndarray, size: int, start: int) -> tuple[list, list]:
-    """Distinct (n-gram, next token) rows of inp[start:] with their counts, in order of first occurrence."""
-    length = len(inp)
-    rows = np.full((length - start, NGRAM_MAX + 1), TOKEN_NULL, dtype=np.int64)
-    for k in range(size):
-        rows[:, k] = inp[start - size + k:length - size + k]
-    rows[:, NGRAM_MAX] = inp[start:]
-    unique, first, counts = np.unique(rows, axis=0, return_index=True, return_counts=True)
-    order = np.argsort(first, kind="stable")
-    return unique[order].tolist(), counts[order].tolist()
 
 
 # ---------------------------------------------------------------------- drafting
