@@ -52,6 +52,8 @@ def run(args) -> int:
     from ..server.app import create_app
     settings = settings_from_args(args)
     engine, tokenizer = engine_from_args(args)
+    # what actually runs (--spec-default may have chosen a type)
+    settings.spec_types = [p.name for p in engine.driver.proposers] if engine.driver is not None else []
     app = create_app(engine, tokenizer, settings)
     log.info("serving %s on http://%s:%d: %d slots, context %d per slot, speculative types: %s%s",
              settings.model_name, args.host, args.port, engine.n_parallel, engine.ctx_size,
