@@ -4,10 +4,12 @@ For each configuration (no speculation, then each --spec-type in the registry) t
 starts `specserve serve` itself, sends streaming greedy /v1/completions requests at
 concurrency 1, 2, 4, 8 and 16 (as many slots as the highest concurrency), and measures
 output tokens/s over the whole level, mean end-to-end latency, mean time to first token
-and the mean acceptance length reported by the server. All servers are up at once (an idle
-one sleeps) and take turns at each level, keeping the best of --rounds, so changes in the
-machine's load hit every configuration alike. Greedy outputs must be identical in every
-configuration (lossless); the table says so. Prints a table and writes JSON.
+and the mean acceptance length reported by the server. Every request of a level has its own
+prompt, and every level starts fresh servers, so methods that learn across requests gain
+nothing from repeats. The servers of one level are up together (an idle one sleeps) and
+take turns, so changes in the machine's load hit every configuration alike. Greedy outputs
+must be identical in every configuration (lossless); the table says so. Prints a table and
+writes JSON.
 
     .venv/bin/python benchmarks/server_throughput.py [-m MODEL] [--out runs/server_throughput.json]
         [--spec-types ngram-simple,...] [--draft-model DIR] [--max-tokens 128] [-- extra server options]
@@ -32,69 +34,14 @@ import httpx
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from specserve.commands.demo import DEMO_PROMPT  # noqa: E402
 from specserve.llm import BUNDLED_MODEL  # noqa: E402
 from specserve.spec.registry import available_types  # noqa: E402
 
-# functions the model sees and is then asked to write again under a new name (copying pays) ...
-EDITS = [
-    """def chunked(items, size):
-    \"\"\"Split items into lists of at most size elements.\"\"\"
-    if size < 1:
-        raise ValueError("size must be at least 1")
-    chunk = []
-    for item in items:
-        chunk.append(item)
-        if len(chunk) == size:
-            yield chunk
-            chunk = []
-    if chunk:
-        yield chunk
-""",
-    """def read_config(path, defaults=None):
-    \"\"\"Read key = value lines from a file into a dict.\"\"\"
-    config = dict(defaults or {})
-    with open(path, encoding="utf-8") as f:
-        for line in f:
-            line = line.strip()
-            if not line or line.startswith("#"):
-                continue
-            key, _, value = line.partition("=")
-            config[key.strip()] = value.strip()
-    return config
-""",
-    """class Counter:
-    \"\"\"Count hashable items.\"\"\"
+from server_prompts import prompts  # noqa: E402
 
-    def __init__(self):
-        self.counts = {}
-
-    def add(self, item, n=1):
-        self.counts[item] = self.counts.get(item, 0) + n
-
-    def most_common(self, k):
-        return sorted(self.counts.items(), key=lambda kv: kv[1], reverse=True)[:k]
-""",
-]
-RENAMES = [("def chunked(", "def chunked_list("), ("def read_config(", "def read_settings("),
-           ("class Counter:", "class Tally:")]
-# ... and open continuations
-CONTINUATIONS = [
-    "import os\nimport sys\n\n\ndef main(argv):\n",
-    "def parse_header(line):\n    \"\"\"Parse a Content-type like header into a value and a dict of parameters.\"\"\"\n",
-    "class LRUCache:\n    \"\"\"A least-recently-used cache.\"\"\"\n\n    def __init__(self, capacity):\n",
-    "def walk(top, topdown=True, onerror=None):\n",
-]
-
-
-def prompts() -> list[str]:
-    """Rewrite-a-function prompts (where copying from the context pays) and open continuations."""
-    out = [DEMO_PROMPT]
-    for source, (old, new) in zip(EDITS, RENAMES):
-        header = source.split("\n", 2)
-        out.append(source + "\n\n" + header[0].replace(old, new) + "\n" + header[1] + "\n")
-    return out + CONTINUATIONS
+WARMUP_PROMPT = "x = 1\n"
 
 
 def free_port() -> int:
@@ -202,8 +149,9 @@ def main() -> None:
     parser.add_argument("--max-tokens", type=int, default=128)
     parser.add_argument("--threads", type=int, default=1,
                         help="server CPU threads (-t); one is steadiest on a shared machine")
-    parser.add_argument("--min-requests", type=int, default=len(prompts()), help="requests per level: max(this, 2 x concurrency)")
-    parser.add_argument("--rounds", type=int, default=2, help="measurements per level and configuration; best kept")
+    parser.add_argument("--min-requests", type=int, default=16,
+                        help="requests per level: max(this, 2 x concurrency), at most one per distinct prompt")
+    parser.add_argument("--rounds", type=int, default=1, help="measurements per level and configuration; best kept")
     parser.add_argument("--out", default=str(ROOT / "runs" / "server_throughput.json"))
     parser.add_argument("server_args", nargs="*", help="extra `specserve serve` options (after --)")
     args = parser.parse_args()
@@ -217,39 +165,47 @@ def main() -> None:
     report = {"model": args.model, "max_tokens": args.max_tokens, "levels": levels, "prompts": len(prompt_list),
               "machine": {"cpu_count": os.cpu_count(), "platform": platform.platform()},
               "threads": args.threads, "server_args": args.server_args, "configs": {}}
-    servers = {}
-    try:
-        for spec_type in types:          # all servers up at once; an idle server sleeps
-            server = Server(args.model, spec_type, max(levels), ["-t", str(args.threads), *args.server_args],
-                            args.draft_model, out_path.with_name(f"server_throughput.{spec_type}.log"))
-            reason = server.wait()
-            if reason is not None:
-                server.stop()
-                print(f"{spec_type}: skipped ({reason})", flush=True)
-                report["configs"][spec_type] = {"skipped": reason}
-                continue
-            asyncio.run(run_level(server.url, prompt_list[:2], 2, 2, 16))       # warm-up
-            servers[spec_type] = server
-            report["configs"][spec_type] = {"levels": []}
-        for c in levels:
-            # configurations take turns at each level, so a change in machine load hits them alike
-            best: dict[str, dict] = {}
-            for _ in range(args.rounds):
-                for spec_type, server in servers.items():
-                    row = asyncio.run(run_level(server.url, prompt_list, c, max(args.min_requests, 2 * c),
-                                                args.max_tokens))
+    for spec_type in types:
+        report["configs"][spec_type] = {"levels": []}
+    for c in levels:
+        n_requests = min(len(prompt_list), max(args.min_requests, 2 * c))
+        best: dict[str, dict] = {}
+        for _ in range(args.rounds):
+            # fresh servers for every measurement: nothing learnt from earlier requests carries over
+            servers = start_servers(args, types, max(levels), out_path, report)
+            try:
+                for spec_type, server in servers.items():      # configurations take turns
+                    row = asyncio.run(run_level(server.url, prompt_list, c, n_requests, args.max_tokens))
                     if spec_type not in best or row["tokens_per_s"] > best[spec_type]["tokens_per_s"]:
                         best[spec_type] = row
-            for spec_type, row in best.items():
-                report["configs"][spec_type]["levels"].append(row)
-                print(f"{spec_type:>14} c={c:<3d} {row['tokens_per_s']:8.1f} tok/s  "
-                      f"latency {row['mean_latency_s']:6.2f} s", flush=True)
-    finally:
-        for server in servers.values():
-            server.stop()
+            finally:
+                for server in servers.values():
+                    server.stop()
+        for spec_type, row in best.items():
+            report["configs"][spec_type]["levels"].append(row)
+            print(f"{spec_type:>14} c={c:<3d} {row['tokens_per_s']:8.1f} tok/s  "
+                  f"latency {row['mean_latency_s']:6.2f} s", flush=True)
     print_table(report)
     out_path.write_text(json.dumps(report, indent=2))
     print(f"\nwrote {out_path}")
+
+
+def start_servers(args, types: list[str], slots: int, out_path: Path, report: dict) -> dict[str, "Server"]:
+    """One warmed-up server per configuration; a type that cannot start is marked skipped."""
+    pending = {t: Server(args.model, t, slots, ["-t", str(args.threads), *args.server_args], args.draft_model,
+                         out_path.with_name(f"server_throughput.{t}.log"))
+               for t in types if "skipped" not in report["configs"][t]}
+    servers = {}
+    for spec_type, server in pending.items():
+        reason = server.wait()
+        if reason is not None:
+            server.stop()
+            print(f"{spec_type}: skipped ({reason})", flush=True)
+            report["configs"][spec_type] = {"skipped": reason}
+            continue
+        asyncio.run(run_level(server.url, [WARMUP_PROMPT], 1, 1, 8))
+        servers[spec_type] = server
+    return servers
 
 
 def print_table(report: dict) -> None:
