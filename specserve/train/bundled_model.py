@@ -138,7 +138,11 @@ def main(argv=None) -> None:
     parser.add_argument("--work", type=Path, default=None,
                         help="checkpoints, token cache and logs (default runs/<out folder name>)")
     parser.add_argument("--no-compile", action="store_true", help="skip torch.compile (slower)")
+    parser.add_argument("--threads", type=int, default=None,
+                        help="torch intra-op threads (1 is faster on a CPU busy with other work)")
     args = parser.parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
     work = args.work or Path("runs") / args.out.name
     work.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
@@ -191,7 +195,7 @@ def main(argv=None) -> None:
         "held_out_bits_per_byte": held["loss"] * held["tokens"] / (held_bytes * math.log(2)),
         "train_eval_windows": TRAIN_EVAL_WINDOWS, "samples": samples,
         "torch_version": torch.__version__,
-        "resumed": args.resume, "pipeline_seconds": time.monotonic() - started,
+        "threads": torch.get_num_threads(), "resumed": args.resume, "pipeline_seconds": time.monotonic() - started,
     }
     (work / "stats.json").write_text(json.dumps(info, indent=2) + "\n", encoding="utf-8")
     write_model_folder(args.out, config, state, tokenizer, render_model_card(info))

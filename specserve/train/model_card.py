@@ -11,6 +11,9 @@ def render_model_card(info: dict) -> str:
     held, sub = info["held_out"], info["train_subset"]
     emb = arch["vocab_size"] * arch["hidden_size"]
     samples = "\n\n".join(f"```python\n{prompt}{text}\n```" for prompt, text in info["samples"].items())
+    resumed = (" The run was interrupted once and continued with `--resume`; the data order and"
+               " schedule do not change across a resume." if info.get("resumed") else "")
+    pipeline = "last invocation of the pipeline, end to end:" if info.get("resumed") else "whole pipeline"
     minutes = info["minutes_arg"]
     minutes_flag = "" if minutes == 60 else f" --minutes {minutes:g}"
     return f"""# stdlib-coder
@@ -90,7 +93,8 @@ python -m specserve.train.bundled_model --out specserve/bundled/stdlib-coder{min
 (`--resume` continues an interrupted run from its last checkpoint; checkpoints are written
 every {tc["checkpoint_minutes"]:g} minutes under `runs/`.) The step count is derived from
 `--minutes` using a fixed nominal rate of {info["nominal_tokens_per_second"]} tokens/s, so
-the result does not depend on the speed of the machine. Seeds and data order are fixed.
+the result does not depend on the speed of the machine. Seeds and data order are fixed.{resumed}
+Wall times below include periods when the two cores were shared with other jobs.
 
 | | |
 |---|---|
@@ -99,8 +103,8 @@ the result does not depend on the speed of the machine. Seeds and data order are
 | optimiser | AdamW, betas {tuple(tc["betas"])}, weight decay {tc["weight_decay"]} (matrices and embedding), grad clip {tc["grad_clip"]} |
 | learning rate | {tc["lr"]:g}, {tc["warmup_steps"]} warmup steps, cosine decay to {tc["min_lr_ratio"]:g} × peak |
 | precision | float32 master weights, bfloat16 autocast, `torch.compile` |
-| hardware | 2 CPU cores, torch {info["torch_version"]} |
-| training wall time | {train["train_seconds"] / 60:.1f} min (whole pipeline {info["pipeline_seconds"] / 60:.1f} min) |
+| hardware | 2 shared CPU cores (AVX-512 bf16), {info["threads"]} torch thread(s){" in the final invocation" if info.get("resumed") else ""}, torch {info["torch_version"]} |
+| training wall time | {train["train_seconds"] / 60:.1f} min ({pipeline} {info["pipeline_seconds"] / 60:.1f} min) |
 
 ## Evaluation
 
