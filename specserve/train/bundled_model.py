@@ -47,7 +47,9 @@ NOMINAL_TOKENS_PER_SECOND = 5600
 DEFAULT_MINUTES = 60.0
 SEED = 1234
 TRAIN_EVAL_WINDOWS = 128
-SAMPLE_PROMPTS = ("def fibonacci(n):\n", "import os\n\n\ndef list_python_files(path):\n")
+# No trailing newline: the tokenizer merges a newline with the next line's indentation.
+SAMPLE_PROMPTS = ("def fibonacci(n):",
+                  'def fibonacci(n):\n    """Return the n-th Fibonacci number."""\n    if n < 2:')
 
 
 def hf_config(arch: dict, max_positions: int) -> dict:
@@ -102,7 +104,7 @@ def load_exported(config: dict, state: dict[str, torch.Tensor]) -> CausalLM:
 
 
 @torch.no_grad()
-def greedy_complete(model: CausalLM, tokenizer: Tokenizer, prompt: str, max_new_tokens: int = 80) -> str:
+def greedy_complete(model: CausalLM, tokenizer: Tokenizer, prompt: str, max_new_tokens: int = 48) -> str:
     ids = tokenizer.encode(prompt, add_special_tokens=False).ids
     eos, mask = tokenizer.token_to_id(corpus.EOS_TOKEN), tokenizer.token_to_id(corpus.MASK_TOKEN)
     out: list[int] = []

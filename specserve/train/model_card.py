@@ -11,9 +11,12 @@ def render_model_card(info: dict) -> str:
     held, sub = info["held_out"], info["train_subset"]
     emb = arch["vocab_size"] * arch["hidden_size"]
     samples = "\n\n".join(f"```python\n{prompt}{text}\n```" for prompt, text in info["samples"].items())
-    resumed = (" The run was interrupted once and continued with `--resume`; the data order and"
+    resumed = (" This run was stopped and continued with `--resume`; the data order and"
                " schedule do not change across a resume." if info.get("resumed") else "")
-    pipeline = "last invocation of the pipeline, end to end:" if info.get("resumed") else "whole pipeline"
+    if info.get("resumed"):
+        pipeline = " summed over the invocations (periodic evaluation and checkpoints included)"
+    else:
+        pipeline = f" (whole pipeline, tokenizer to model card: {info['pipeline_seconds'] / 60:.1f} min)"
     minutes = info["minutes_arg"]
     minutes_flag = "" if minutes == 60 else f" --minutes {minutes:g}"
     return f"""# stdlib-coder
@@ -104,7 +107,8 @@ Wall times below include periods when the two cores were shared with other jobs.
 | learning rate | {tc["lr"]:g}, {tc["warmup_steps"]} warmup steps, cosine decay to {tc["min_lr_ratio"]:g} × peak |
 | precision | float32 master weights, bfloat16 autocast, `torch.compile` |
 | hardware | 2 shared CPU cores (AVX-512 bf16), {info["threads"]} torch thread(s){" in the final invocation" if info.get("resumed") else ""}, torch {info["torch_version"]} |
-| training wall time | {train["train_seconds"] / 60:.1f} min ({pipeline} {info["pipeline_seconds"] / 60:.1f} min) |
+| training wall time | {train["train_seconds"] / 60:.1f} min{pipeline} |
+| average throughput | {train["tokens_seen"] / max(train["train_seconds"], 1e-9):,.0f} tokens/s |
 
 ## Evaluation
 
@@ -121,7 +125,8 @@ Average training loss over the last 100 steps: {train["final_train_loss_avg100"]
 
 ## Samples
 
-Greedy continuations (prompt included):
+Greedy continuations of 48 tokens (prompt included). Like most models of this size,
+greedy decoding soon falls into loops.
 
 {samples}
 """
