@@ -28,7 +28,7 @@ TEXTS = [
 
 @pytest.fixture(scope="module")
 def hf_tokenizer():
-    transformers = pytest.importorskip("transformers")
+    import transformers
     return transformers.AutoTokenizer.from_pretrained(BUNDLED)
 
 
@@ -55,10 +55,11 @@ def test_folder_contents_and_size():
 
 
 def test_transformers_and_specserve_logits_agree(hf_tokenizer):
-    transformers = pytest.importorskip("transformers")
+    import transformers
     hf = transformers.AutoModelForCausalLM.from_pretrained(BUNDLED, dtype=torch.float32).eval()
-    ours = CausalLM.from_pretrained(BUNDLED)
+    ours = CausalLM.from_pretrained(BUNDLED, dtype="float32")   # served as bfloat16 by default
     assert ours.dtype == torch.float32
+    assert CausalLM.from_pretrained(BUNDLED).dtype == torch.bfloat16
     assert sum(p.numel() for p in ours.parameters()) <= 6_000_000
     ids = torch.tensor([hf_tokenizer(SNIPPET)["input_ids"]])
     with torch.no_grad():
