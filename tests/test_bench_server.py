@@ -234,3 +234,12 @@ def test_bench_command_errors(capsys, tmp_path):
     ]:
         rc = main(["bench", *args])
         assert rc == 1 and message in capsys.readouterr().err, args
+
+
+def test_in_process_sweep(capsys, tmp_path):
+    rc, text = bench(capsys, "sweep", "--model-dir", STDLIB_CODER, "-t", "1", "--levels", "1,2", "--category", "qa",
+                     "--limit", "2", "--osl", "8", "--no-progress", "--output", tmp_path / "sweep.json")
+    sweep = load(tmp_path / "sweep.json")
+    assert rc == 0 and "Concurrency sweep" in text
+    assert sweep["config"]["server_slots"] == 2 and sweep["config"]["levels"] == [1, 2]   # -np = the largest level
+    assert [lv["requests"] for lv in sweep["levels"]] == [2, 2] and all(lv["output_t_s"] > 0 for lv in sweep["levels"])
