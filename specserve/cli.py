@@ -13,6 +13,7 @@ COMMANDS = {
     "serve": ("specserve.commands.serve", "OpenAI- and llama-server-compatible HTTP server"),
     "demo": ("specserve.commands.demo", "baseline vs speculative generation on the bundled model"),
     "lookup": ("specserve.commands.lookup", "n-gram cache files for ngram-cache: create, merge, stats"),
+    "bench": ("specserve.commands.bench", "benchmark client (SPEED-Bench style): run, sweep, compare, report"),
 }
 
 
