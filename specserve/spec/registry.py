@@ -19,6 +19,8 @@ PRECEDENCE = [
 
 REGISTRY: dict[str, str | type] = {
     "ngram-simple": "ngram_simple:NgramSimple",
+    "draft-dflash": "dflash:DFlash",
+    "draft-dspark": "dflash:DSpark",
 }
 
 

@@ -1,0 +1,89 @@
+"""DSpark's sequential stage: the Markov-biased chain over one block, for every slot at once.
+
+    logits'_k = U_k + W2 · W1[prev_k],   prev_1 = anchor,  prev_k = draft k-1
+(reference dflash_dspark.md §3.2, §3.5). Position k can only be computed once draft k-1 is
+known, so the chain loops over the n block positions, but each step is one batched operation
+over all slots. At temperature 0 a slot takes the argmax; at T > 0 it samples from
+softmax(logits'_k / T) with its own generator (Gumbel-max with noise drawn per slot), and the
+chain conditions on the SAMPLED token, so q_k is exactly the distribution draft k came from.
+Without a Markov head (DFlash) every position is independent and the chain is one step.
+Training uses the teacher-forced form (prev = ground truth), equal to the chain when the
+drafts equal the teacher tokens.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+from ..models.transformer import linear
+
+
+@dataclass
+class BlockChain:
+    tokens: torch.Tensor     # [S, n] int64 drafts
+    prev: torch.Tensor       # [S, n] int64: the token each position was conditioned on (anchor, d_1..d_{n-1})
+    logits: torch.Tensor     # [S, n, V] float32 Markov-corrected logits, before temperature
+
+
+def markov_bias(markov_head, prev_tokens: torch.Tensor) -> torch.Tensor:
+    """W2 · W1[prev] as float32 [..., V] (batch-invariant linear for the serving path)."""
+    shape = prev_tokens.shape
+    emb = F.embedding(prev_tokens.reshape(-1), markov_head.markov_w1.weight)
+    return linear(emb, markov_head.markov_w2.weight).float().view(*shape, -1)
+
+
+def gumbel_noise(generators: list[torch.Generator | None], sampling: list[bool], n: int, vocab: int,
+                 device=None) -> torch.Tensor | None:
+    """Per-slot Gumbel(0, 1) noise [S, n, V] (zero rows for greedy slots), or None if no slot samples."""
+    if not any(sampling):
+        return None
+    rows = []
+    for gen, on in zip(generators, sampling):
+        if on:
+            u = torch.rand(n, vocab, generator=gen, dtype=torch.float64)
+            rows.append(-torch.log(-torch.log(u)))
+        else:
+            rows.append(torch.zeros(n, vocab, dtype=torch.float64))
+    return torch.stack(rows).to(device)
+
+
+def run_block_chain(base_logits: torch.Tensor, anchors: torch.Tensor, markov_head=None,
+                    temperatures: torch.Tensor | None = None, noise: torch.Tensor | None = None) -> BlockChain:
+    """base_logits [S, n, V] float32; anchors [S]; temperatures [S] (<= 0: greedy); noise from gumbel_noise."""
+    n_slots, n, _ = base_logits.shape
+    scale = None
+    if temperatures is not None:
+        scale = torch.where(temperatures > 0, temperatures, torch.ones_like(temperatures)).view(n_slots, 1)
+        scale = scale.to(torch.float64 if noise is not None else base_logits.dtype)
+
+    def pick(logits_k: torch.Tensor, k: int) -> torch.Tensor:
+        if scale is None:
+            return logits_k.argmax(dim=-1)
+        scores = logits_k.to(scale.dtype) / scale
+        if noise is not None:
+            scores = scores + noise[:, k]
+        return scores.argmax(dim=-1)
+
+    if markov_head is None:
+        tokens = torch.stack([pick(base_logits[:, k], k) for k in range(n)], dim=1)
+        prev = torch.cat([anchors.view(-1, 1), tokens[:, :-1]], dim=1)
+        return BlockChain(tokens, prev, base_logits)
+    tokens = torch.empty(n_slots, n, dtype=torch.int64, device=base_logits.device)
+    prev = torch.empty_like(tokens)
+    logits = torch.empty_like(base_logits)
+    prev_k = anchors.to(torch.int64)
+    for k in range(n):
+        logits[:, k] = base_logits[:, k] + markov_bias(markov_head, prev_k)
+        prev[:, k] = prev_k
+        prev_k = pick(logits[:, k], k)
+        tokens[:, k] = prev_k
+    return BlockChain(tokens, prev, logits)
+
+
+def teacher_forced_logits(base_logits: torch.Tensor, anchors: torch.Tensor, teacher: torch.Tensor,
+                          markov_head) -> tuple[torch.Tensor, torch.Tensor]:
+    """Training form: prev = [anchor, teacher[..., :-1]]. Returns (logits' [..., n, V], prev [..., n])."""
+    prev = torch.cat([anchors.unsqueeze(-1), teacher[..., :-1]], dim=-1)
+    return base_logits + markov_head(prev).float(), prev
