@@ -16,6 +16,7 @@ The optional DSpark heads (Markov bias, confidence) are plain modules used by sp
 from __future__ import annotations
 
 import json
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -31,7 +32,7 @@ from .kv_cache import KVCache
 from .loader import parse_dtype
 from .rope import RotaryEmbedding, apply_rope
 from .step_batch import KEY_BLOCK
-from .transformer import ACTIVATIONS, DecoderLayer, RMSNorm, linear, rms_norm
+from .transformer import ACTIVATIONS, DecoderLayer, RMSNorm, ServingWeights, linear, rms_norm
 
 
 class MarkovHead(nn.Module):
@@ -81,7 +82,7 @@ class BlockDrafter(nn.Module):
         self.act = ACTIVATIONS[cfg.hidden_act]
         self.shared: SharedTargetWeights | None = None
         self.rope: RotaryEmbedding | None = None
-        self._fused = False
+        self.serving: list[ServingWeights] | None = None     # built by new_cache()
 
     # ------------------------------------------------------------------ loading
     @classmethod
@@ -127,8 +128,8 @@ class BlockDrafter(nn.Module):
         return self.rope
 
     def _cos_sin(self, positions: torch.Tensor):
-        cos, sin = self._rope(int(positions.max()) + 1).gather(positions, seq_len=int(positions.max()) + 1)
-        return cos.to(self.dtype), sin.to(self.dtype)
+        """float32 cos/sin rows for the serving forward."""
+        return self._rope(int(positions.max()) + 1).gather(positions, seq_len=int(positions.max()) + 1)
 
     # ------------------------------------------------------------------ shared pieces
     def logits(self, hidden_normed: torch.Tensor) -> torch.Tensor:
@@ -153,14 +154,13 @@ class BlockDrafter(nn.Module):
 
     # ------------------------------------------------------------------ serving forward
     def new_cache(self, n_slots: int, max_ctx: int) -> KVCache:
+        """Context K/V per slot (float32, like the target's), with room for one block past max_ctx."""
         cfg = self.cfg
-        if not self._fused:
-            for layer in self.layers:
-                layer.fuse()
-            self._fused = True
+        if self.serving is None:
+            self.serving = [layer.serving_weights(cfg) for layer in self.layers]
         self._rope(max_ctx + self.spec.block_size + 1)
         return KVCache(cfg.num_hidden_layers, n_slots, cfg.num_key_value_heads, max_ctx + self.spec.block_size + 1,
-                       cfg.head_dim, self.dtype, self.device)
+                       cfg.head_dim, torch.float32, self.device)
 
     def forward_cached(self, cache: KVCache, ctx_feats: torch.Tensor | None, ctx_slots: torch.Tensor | None,
                        ctx_positions: torch.Tensor | None, slots: list[int], pos0: torch.Tensor,
@@ -169,10 +169,12 @@ class BlockDrafter(nn.Module):
 
         ctx_feats [C, m*H] with their slots and positions (any order, any count per slot);
         block_tokens [S, nb] at positions pos0[s] .. pos0[s]+nb-1 (the anchor at pos0).
+        Linear layers run in the model dtype; q/k/v, RoPE, the cache and attention in float32,
+        as in the target's serving forward.
         """
         cfg = self.cfg
         n_heads, n_kv, d = cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim
-        group, eps = n_heads // n_kv, cfg.rms_norm_eps
+        group, eps, q_size, kv_size = n_heads // n_kv, cfg.rms_norm_eps, cfg.q_size, cfg.kv_size
         n_slots, nb = block_tokens.shape
         cap = cache.capacity
         heads = torch.arange(n_kv, device=self.device)
@@ -183,15 +185,14 @@ class BlockDrafter(nn.Module):
             ctx_cos, ctx_sin = self._cos_sin(ctx_positions)
             ctx_index = ((ctx_slots.unsqueeze(1) * n_kv + heads) * cap + ctx_positions.unsqueeze(1)).reshape(-1)
         slot_t = torch.as_tensor(slots, dtype=torch.int64, device=self.device)
-        offsets = torch.arange(nb, device=self.device)
-        block_pos = (pos0.unsqueeze(1) + offsets).reshape(-1)
+        block_pos = (pos0.unsqueeze(1) + torch.arange(nb, device=self.device)).reshape(-1)
         cos, sin = self._cos_sin(block_pos)
         block_index = ((slot_t.repeat_interleave(nb).unsqueeze(1) * n_kv + heads) * cap
                        + block_pos.unsqueeze(1)).reshape(-1)
         key_len = -(-int(pos0.max() + nb) // KEY_BLOCK) * KEY_BLOCK
         # every block row sees the slot's whole committed context and the whole block (non-causal)
-        visible = torch.arange(key_len, device=self.device).view(1, -1) < (pos0 + nb).unsqueeze(1)
-        visible = visible.view(n_slots, 1, 1, 1, key_len)
+        hidden_keys = torch.arange(key_len, device=self.device).view(1, -1) >= (pos0 + nb).unsqueeze(1)
+        hidden_keys = hidden_keys.view(n_slots, 1, 1, 1, key_len)
         if slots == list(range(slots[0], slots[0] + n_slots)):
             select = slice(slots[0], slots[0] + n_slots)
         else:
@@ -200,37 +201,31 @@ class BlockDrafter(nn.Module):
 
         x = F.embedding(block_tokens.reshape(-1), self.shared.embed).to(self.dtype)
         n_rows = x.shape[0]
-        for layer_id, layer in enumerate(self.layers):
-            attn, fused = layer.self_attn, layer.fused
+        for layer_id, w in enumerate(self.serving):
             k_cache, v_cache = cache.k[layer_id], cache.v[layer_id]
             if ctx_index is not None:
-                kv_w = fused["qkv_w"][cfg.q_size:]
-                kv_b = fused["qkv_b"][cfg.q_size:] if "qkv_b" in fused else None
-                kv = linear(ctx, kv_w, kv_b)
-                k_ctx = rms_norm(kv[:, :cfg.kv_size].reshape(-1, n_kv, d), attn.k_norm.weight, eps)
-                k_ctx = apply_rope(k_ctx, ctx_cos, ctx_sin)
-                k_cache.view(-1, d).index_copy_(0, ctx_index, k_ctx.reshape(-1, d))
-                v_cache.view(-1, d).index_copy_(0, ctx_index, kv[:, cfg.kv_size:].reshape(-1, d))
-            h = rms_norm(x, layer.input_layernorm.weight, eps)
-            qkv = linear(h, fused["qkv_w"], fused.get("qkv_b"))
-            q = rms_norm(qkv[:, :cfg.q_size].reshape(n_rows, n_heads, d), attn.q_norm.weight, eps)
-            k = rms_norm(qkv[:, cfg.q_size:cfg.q_size + cfg.kv_size].reshape(n_rows, n_kv, d), attn.k_norm.weight, eps)
-            q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
-            k_cache.view(-1, d).index_copy_(0, block_index, k.reshape(-1, d))
-            v_cache.view(-1, d).index_copy_(0, block_index, qkv[:, cfg.q_size + cfg.kv_size:].reshape(-1, d))
+                kv = linear(ctx, w.qkv_w[q_size:], None if w.qkv_b is None else w.qkv_b[q_size:]).float()
+                k_ctx = F.rms_norm(kv[:, :kv_size].reshape(-1, n_kv, d), (d,), None, eps) * w.qk_norm[n_heads:]
+                k_cache.view(-1, d).index_copy_(0, ctx_index, apply_rope(k_ctx, ctx_cos, ctx_sin).reshape(-1, d))
+                v_cache.view(-1, d).index_copy_(0, ctx_index, kv[:, kv_size:].reshape(-1, d))
+            h = rms_norm(x, w.input_norm, eps)
+            qkv = linear(h, w.qkv_w, w.qkv_b).float()
+            qk = F.rms_norm(qkv[:, :q_size + kv_size].reshape(n_rows, n_heads + n_kv, d), (d,), None, eps)
+            qk = apply_rope(qk * w.qk_norm, cos, sin)
+            k_cache.view(-1, d).index_copy_(0, block_index, qk[:, n_heads:].reshape(-1, d))
+            v_cache.view(-1, d).index_copy_(0, block_index, qkv[:, q_size + kv_size:].reshape(-1, d))
             keys = k_cache[select, :, :key_len]
             values = v_cache[select, :, :key_len]
-            q = (q * scale).view(n_slots, nb, n_kv, group, d).permute(0, 2, 3, 1, 4).reshape(
-                n_slots, n_kv, group * nb, d)
-            scores = torch.matmul(q, keys.transpose(-1, -2)).view(n_slots, n_kv, group, nb, key_len)
-            scores = scores.float().masked_fill(~visible, float("-inf"))
-            probs = torch.softmax(scores, dim=-1).to(values.dtype).view(n_slots, n_kv, group * nb, key_len)
-            out = torch.matmul(probs, values).view(n_slots, n_kv, group, nb, d)
-            out = out.permute(0, 3, 1, 2, 4).reshape(n_rows, n_heads * d)
-            x = x + linear(out, attn.o_proj.weight, attn.o_proj.bias)
-            h = rms_norm(x, layer.post_attention_layernorm.weight, eps)
-            gate, up = linear(h, fused["gate_up_w"], fused.get("gate_up_b")).split(cfg.intermediate_size, dim=-1)
-            x = x + linear(self.act(gate) * up, layer.mlp.down_proj.weight, layer.mlp.down_proj.bias)
+            q = (qk[:, :n_heads] * scale).view(n_slots, nb, n_kv, group, d).permute(0, 2, 3, 1, 4)
+            scores = torch.matmul(q.reshape(n_slots, n_kv, group * nb, d), keys.transpose(-1, -2))
+            probs = torch.softmax(scores.view(n_slots, n_kv, group, nb, key_len).masked_fill_(hidden_keys,
+                                                                                             float("-inf")), dim=-1)
+            out = torch.matmul(probs.view(n_slots, n_kv, group * nb, key_len), values)
+            out = out.view(n_slots, n_kv, group, nb, d).permute(0, 3, 1, 2, 4).reshape(n_rows, n_heads * d)
+            x = x + linear(out.to(x.dtype), w.o_w, w.o_b)
+            h = rms_norm(x, w.post_norm, eps)
+            gate, up = linear(h, w.gate_up_w, w.gate_up_b).split(cfg.intermediate_size, dim=-1)
+            x = x + linear(self.act(gate) * up, w.down_w, w.down_b)
         return rms_norm(x, self.norm.weight, eps).view(n_slots, nb, -1)
 
     # ------------------------------------------------------------------ training forward
@@ -293,11 +288,21 @@ class BlockDrafter(nn.Module):
                     param.copy_(torch.randn(param.shape, generator=gen) * std)
 
 
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "chat_template.jinja",
+                   "generation_config.json")
+
+
 def save_block_drafter(model: BlockDrafter, out_dir: str | Path, dtype: torch.dtype = torch.bfloat16,
-                       extra_config: dict | None = None) -> Path:
+                       extra_config: dict | None = None, tokenizer_from: str | Path | None = None) -> Path:
     """Write config.json (every key explicit) and model.safetensors, without embedding or lm_head
-    (the target's are used). The small Markov and confidence heads stay in float32."""
+    (the target's are used), plus the target's tokenizer files when `tokenizer_from` is given.
+    The small Markov and confidence heads stay in float32."""
     out_dir = Path(out_dir)
+    if tokenizer_from is not None:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        for name in TOKENIZER_FILES:
+            if (Path(tokenizer_from) / name).is_file():
+                shutil.copyfile(Path(tokenizer_from) / name, out_dir / name)
     out_dir.mkdir(parents=True, exist_ok=True)
     state = {}
     for name, tensor in model.state_dict().items():

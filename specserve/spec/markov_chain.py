@@ -82,8 +82,13 @@ def run_block_chain(base_logits: torch.Tensor, anchors: torch.Tensor, markov_hea
     return BlockChain(tokens, prev, logits)
 
 
+def teacher_prev_tokens(anchors: torch.Tensor, teacher: torch.Tensor) -> torch.Tensor:
+    """The tokens each block position is conditioned on in training: [anchor, teacher[..., :-1]]."""
+    return torch.cat([anchors.unsqueeze(-1), teacher[..., :-1]], dim=-1)
+
+
 def teacher_forced_logits(base_logits: torch.Tensor, anchors: torch.Tensor, teacher: torch.Tensor,
                           markov_head) -> tuple[torch.Tensor, torch.Tensor]:
     """Training form: prev = [anchor, teacher[..., :-1]]. Returns (logits' [..., n, V], prev [..., n])."""
-    prev = torch.cat([anchors.unsqueeze(-1), teacher[..., :-1]], dim=-1)
+    prev = teacher_prev_tokens(anchors, teacher)
     return base_logits + markov_head(prev).float(), prev
