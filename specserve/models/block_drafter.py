@@ -179,16 +179,18 @@ class BlockDrafter(nn.Module):
         cap = cache.capacity
         heads = torch.arange(n_kv, device=self.device)
 
-        ctx_index = None
-        if ctx_feats is not None and ctx_feats.shape[0]:
-            ctx = rms_norm(linear(ctx_feats.to(self.dtype), self.fc.weight), self.hidden_norm.weight, eps)
-            ctx_cos, ctx_sin = self._cos_sin(ctx_positions)
-            ctx_index = ((ctx_slots.unsqueeze(1) * n_kv + heads) * cap + ctx_positions.unsqueeze(1)).reshape(-1)
         slot_t = torch.as_tensor(slots, dtype=torch.int64, device=self.device)
-        block_pos = (pos0.unsqueeze(1) + torch.arange(nb, device=self.device)).reshape(-1)
-        cos, sin = self._cos_sin(block_pos)
-        block_index = ((slot_t.repeat_interleave(nb).unsqueeze(1) * n_kv + heads) * cap
-                       + block_pos.unsqueeze(1)).reshape(-1)
+        positions = (pos0.unsqueeze(1) + torch.arange(nb, device=self.device)).reshape(-1)
+        row_slots = slot_t.repeat_interleave(nb)
+        n_ctx = 0
+        if ctx_feats is not None and ctx_feats.shape[0]:
+            # context rows go through each layer's k/v projection together with the block rows
+            ctx = rms_norm(linear(ctx_feats.to(self.dtype), self.fc.weight), self.hidden_norm.weight, eps)
+            n_ctx = ctx.shape[0]
+            positions = torch.cat([ctx_positions, positions])
+            row_slots = torch.cat([ctx_slots, row_slots])
+        cos, sin = self._cos_sin(positions)
+        cache_index = ((row_slots.unsqueeze(1) * n_kv + heads) * cap + positions.unsqueeze(1)).reshape(-1)
         key_len = -(-int(pos0.max() + nb) // KEY_BLOCK) * KEY_BLOCK
         # every block row sees the slot's whole committed context and the whole block (non-causal)
         hidden_keys = torch.arange(key_len, device=self.device).view(1, -1) >= (pos0 + nb).unsqueeze(1)
@@ -203,20 +205,17 @@ class BlockDrafter(nn.Module):
         n_rows = x.shape[0]
         for layer_id, w in enumerate(self.serving):
             k_cache, v_cache = cache.k[layer_id], cache.v[layer_id]
-            if ctx_index is not None:
-                kv = linear(ctx, w.qkv_w[q_size:], None if w.qkv_b is None else w.qkv_b[q_size:]).float()
-                k_ctx = F.rms_norm(kv[:, :kv_size].reshape(-1, n_kv, d), (d,), None, eps) * w.qk_norm[n_heads:]
-                k_cache.view(-1, d).index_copy_(0, ctx_index, apply_rope(k_ctx, ctx_cos, ctx_sin).reshape(-1, d))
-                v_cache.view(-1, d).index_copy_(0, ctx_index, kv[:, kv_size:].reshape(-1, d))
             h = rms_norm(x, w.input_norm, eps)
+            if n_ctx:                   # no input_layernorm on the context (reference gotcha 6)
+                h = torch.cat([ctx, h])
             qkv = linear(h, w.qkv_w, w.qkv_b).float()
-            qk = F.rms_norm(qkv[:, :q_size + kv_size].reshape(n_rows, n_heads + n_kv, d), (d,), None, eps)
+            qk = F.rms_norm(qkv[:, :q_size + kv_size].reshape(-1, n_heads + n_kv, d), (d,), None, eps)
             qk = apply_rope(qk * w.qk_norm, cos, sin)
-            k_cache.view(-1, d).index_copy_(0, block_index, qk[:, n_heads:].reshape(-1, d))
-            v_cache.view(-1, d).index_copy_(0, block_index, qkv[:, q_size + kv_size:].reshape(-1, d))
+            k_cache.view(-1, d).index_copy_(0, cache_index, qk[:, n_heads:].reshape(-1, d))
+            v_cache.view(-1, d).index_copy_(0, cache_index, qkv[:, q_size + kv_size:].reshape(-1, d))
             keys = k_cache[select, :, :key_len]
             values = v_cache[select, :, :key_len]
-            q = (qk[:, :n_heads] * scale).view(n_slots, nb, n_kv, group, d).permute(0, 2, 3, 1, 4)
+            q = (qk[n_ctx:, :n_heads] * scale).view(n_slots, nb, n_kv, group, d).permute(0, 2, 3, 1, 4)
             scores = torch.matmul(q.reshape(n_slots, n_kv, group * nb, d), keys.transpose(-1, -2))
             probs = torch.softmax(scores.view(n_slots, n_kv, group, nb, key_len).masked_fill_(hidden_keys,
                                                                                              float("-inf")), dim=-1)

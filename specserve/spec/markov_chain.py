@@ -15,9 +15,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
-
-from ..models.transformer import linear
 
 
 @dataclass
@@ -25,13 +22,6 @@ class BlockChain:
     tokens: torch.Tensor     # [S, n] int64 drafts
     prev: torch.Tensor       # [S, n] int64: the token each position was conditioned on (anchor, d_1..d_{n-1})
     logits: torch.Tensor     # [S, n, V] float32 Markov-corrected logits, before temperature
-
-
-def markov_bias(markov_head, prev_tokens: torch.Tensor) -> torch.Tensor:
-    """W2 · W1[prev] as float32 [..., V] (batch-invariant linear for the serving path)."""
-    shape = prev_tokens.shape
-    emb = F.embedding(prev_tokens.reshape(-1), markov_head.markov_w1.weight)
-    return linear(emb, markov_head.markov_w2.weight).float().view(*shape, -1)
 
 
 def gumbel_noise(generators: list[torch.Generator | None], sampling: list[bool], n: int, vocab: int,
@@ -59,7 +49,7 @@ def run_block_chain(base_logits: torch.Tensor, anchors: torch.Tensor, markov_hea
         scale = scale.to(torch.float64 if noise is not None else base_logits.dtype)
 
     def pick(logits_k: torch.Tensor, k: int) -> torch.Tensor:
-        if scale is None:
+        if noise is None:           # greedy rows: dividing by a positive scale keeps the argmax
             return logits_k.argmax(dim=-1)
         scores = logits_k.to(scale.dtype) / scale
         if noise is not None:
@@ -70,16 +60,22 @@ def run_block_chain(base_logits: torch.Tensor, anchors: torch.Tensor, markov_hea
         tokens = torch.stack([pick(base_logits[:, k], k) for k in range(n)], dim=1)
         prev = torch.cat([anchors.view(-1, 1), tokens[:, :-1]], dim=1)
         return BlockChain(tokens, prev, base_logits)
-    tokens = torch.empty(n_slots, n, dtype=torch.int64, device=base_logits.device)
-    prev = torch.empty_like(tokens)
-    logits = torch.empty_like(base_logits)
+    # W1 rows and W2 in float32: one fused add-matmul per position
+    w1 = markov_head.markov_w1.weight
+    w2t = markov_head.markov_w2.weight.t()
+    if w2t.dtype != torch.float32:
+        w1, w2t = w1.float(), w2t.float()
+    tokens = torch.empty(n, n_slots, dtype=torch.int64, device=base_logits.device)
+    logits = torch.empty(n, n_slots, base_logits.shape[-1], dtype=torch.float32, device=base_logits.device)
+    base_by_pos = base_logits.float().transpose(0, 1)
     prev_k = anchors.to(torch.int64)
     for k in range(n):
-        logits[:, k] = base_logits[:, k] + markov_bias(markov_head, prev_k)
-        prev[:, k] = prev_k
-        prev_k = pick(logits[:, k], k)
-        tokens[:, k] = prev_k
-    return BlockChain(tokens, prev, logits)
+        torch.addmm(base_by_pos[k], w1[prev_k], w2t, out=logits[k])
+        prev_k = pick(logits[k], k)
+        tokens[k] = prev_k
+    tokens = tokens.t()
+    prev = torch.cat([anchors.view(-1, 1).to(torch.int64), tokens[:, :-1]], dim=1)
+    return BlockChain(tokens, prev, logits.transpose(0, 1))
 
 
 def teacher_prev_tokens(anchors: torch.Tensor, teacher: torch.Tensor) -> torch.Tensor:
