@@ -188,3 +188,25 @@ def test_clear_errors(tiny_qwen3, random_drafts, tmp_path):
     # the engine still serves after these failures
     llm = LLM(tiny_qwen3, draft_model=no_conf, spec_type="draft-dspark")
     assert len(llm.generate(PROMPTS[0], _greedy(5))[0].token_ids) == 5
+
+
+def test_bfloat16_target_and_drafter(tiny_qwen3_bf16, tmp_path):
+    """A bfloat16 target serves a drafter in bfloat16 (linear layers) with float32 attention: still exact."""
+    draft = write_block_drafter(tmp_path / "d", tiny_qwen3_bf16, "deepspec", block_size=5, markov_rank=16,
+                                confidence=True)
+    reference = [o.token_ids for o in LLM(tiny_qwen3_bf16).generate(PROMPTS, _greedy(24))]
+    llm = LLM(tiny_qwen3_bf16, draft_model=draft, spec_type="draft-dspark", n_parallel=3, spec_draft_n_max=5)
+    assert llm.engine.driver.proposers[0].drafter.dtype == torch.bfloat16
+    assert [o.token_ids for o in llm.generate(PROMPTS, _greedy(24))] == reference
+
+
+def test_generate_command_with_a_block_drafter(tiny_qwen3, bigram_dspark):
+    from test_cli import run
+    r = run("generate", "-m", str(tiny_qwen3), "-p", "def add(a, b):", "-n", "24", "--temp", "0", "--ignore-eos",
+            "--spec-type", "draft-dspark", "-md", str(bigram_dspark[ANCHOR_FIRST]), "--spec-draft-n-max", "6",
+            "--spec-draft-p-min", "0.5")
+    assert r.returncode == 0, r.stderr
+    assert "statistics     draft-dspark: #calls(b,g,a) =    1" in r.stderr
+    r = run("generate", "-m", str(tiny_qwen3), "-p", "x", "--spec-type", "draft-dflash",
+            "-md", str(bigram_dspark[ANCHOR_FIRST]))
+    assert r.returncode == 1 and "use --spec-type draft-dspark" in r.stderr
