@@ -102,8 +102,9 @@ class BlockDrafter(nn.Module):
             raise ModelLoadError(f"draft checkpoint {spec.model_dir} has tensors this network does not use: "
                                  f"{', '.join(unknown[:5])}{' ...' if len(unknown) > 5 else ''}")
         model.load_state_dict(state, assign=True)
-        if model.confidence_head is not None:     # the projection runs in float32 (a 1-wide head)
-            model.confidence_head.float()
+        for head in (model.markov_head, model.confidence_head):    # small heads run in float32
+            if head is not None:
+                head.float()
         model.to(device=target.device)
         model.eval().requires_grad_(False)
         model.attach_target(target)
@@ -147,9 +148,9 @@ class BlockDrafter(nn.Module):
 
     def confidence_logits(self, hidden_rows: torch.Tensor, prev_tokens: torch.Tensor) -> torch.Tensor:
         """hidden_rows [..., n, H] (final-normed, the rows that give the drafts), prev_tokens [..., n]."""
-        feats = hidden_rows
+        feats = hidden_rows.float()
         if self.spec.confidence_with_markov:
-            feats = torch.cat([hidden_rows, self.markov_head.markov_w1(prev_tokens).to(hidden_rows.dtype)], dim=-1)
+            feats = torch.cat([feats, self.markov_head.markov_w1(prev_tokens).float()], dim=-1)
         return self.confidence_head(feats)
 
     # ------------------------------------------------------------------ serving forward
