@@ -198,7 +198,7 @@ class DFlash(Proposer):
                 continue
             q = None
             if sampling[i]:
-                q = torch.softmax(chain.logits[i, :n].double() / req.temperature, dim=-1).float()
+                q = torch.softmax(chain.logits[i, :n] / req.temperature, dim=-1)
             conf = None if confidence is None else torch.from_numpy(confidence[i, :n])
             out[req.slot] = Draft(tokens[i][:n], q, conf)
         return out

@@ -32,11 +32,22 @@ def gumbel_noise(generators: list[torch.Generator | None], sampling: list[bool],
     rows = []
     for gen, on in zip(generators, sampling):
         if on:
-            u = torch.rand(n, vocab, generator=gen, dtype=torch.float64)
+            u = torch.rand(n, vocab, generator=gen)
             rows.append(-torch.log(-torch.log(u)))
         else:
-            rows.append(torch.zeros(n, vocab, dtype=torch.float64))
+            rows.append(torch.zeros(n, vocab))
     return torch.stack(rows).to(device)
+
+
+def _serving_weights(markov_head) -> tuple[torch.Tensor, torch.Tensor]:
+    """float32 W1 and a contiguous W2^T for one fused add-matmul per position (cached per weight version)."""
+    w1, w2 = markov_head.markov_w1.weight, markov_head.markov_w2.weight
+    key = (w1.data_ptr(), w1._version, w2.data_ptr(), w2._version)
+    cached = getattr(markov_head, "_serving_cache", None)
+    if cached is None or cached[0] != key:
+        cached = (key, w1.detach().float(), w2.detach().float().t().contiguous())
+        markov_head._serving_cache = cached
+    return cached[1], cached[2]
 
 
 def run_block_chain(base_logits: torch.Tensor, anchors: torch.Tensor, markov_head=None,
@@ -45,26 +56,21 @@ def run_block_chain(base_logits: torch.Tensor, anchors: torch.Tensor, markov_hea
     n_slots, n, _ = base_logits.shape
     scale = None
     if temperatures is not None:
-        scale = torch.where(temperatures > 0, temperatures, torch.ones_like(temperatures)).view(n_slots, 1)
-        scale = scale.to(torch.float64 if noise is not None else base_logits.dtype)
+        scale = torch.where(temperatures > 0, temperatures, torch.ones_like(temperatures)).view(n_slots, 1).float()
 
     def pick(logits_k: torch.Tensor, k: int) -> torch.Tensor:
         if noise is None:           # greedy rows: dividing by a positive scale keeps the argmax
             return logits_k.argmax(dim=-1)
-        scores = logits_k.to(scale.dtype) / scale
-        if noise is not None:
-            scores = scores + noise[:, k]
-        return scores.argmax(dim=-1)
+        return (logits_k / scale + noise[:, k]).argmax(dim=-1)
 
-    if markov_head is None:
-        tokens = torch.stack([pick(base_logits[:, k], k) for k in range(n)], dim=1)
+    if markov_head is None:         # DFlash: positions are independent, one vectorised pick
+        if noise is None:
+            tokens = base_logits.argmax(dim=-1)
+        else:
+            tokens = (base_logits / scale.unsqueeze(-1) + noise).argmax(dim=-1)
         prev = torch.cat([anchors.view(-1, 1), tokens[:, :-1]], dim=1)
         return BlockChain(tokens, prev, base_logits)
-    # W1 rows and W2 in float32: one fused add-matmul per position
-    w1 = markov_head.markov_w1.weight
-    w2t = markov_head.markov_w2.weight.t()
-    if w2t.dtype != torch.float32:
-        w1, w2t = w1.float(), w2t.float()
+    w1, w2t = _serving_weights(markov_head)
     tokens = torch.empty(n, n_slots, dtype=torch.int64, device=base_logits.device)
     logits = torch.empty(n, n_slots, base_logits.shape[-1], dtype=torch.float32, device=base_logits.device)
     base_by_pos = base_logits.float().transpose(0, 1)

@@ -7,7 +7,7 @@ With position weights w_k = exp(-k / gamma) over the draft positions of each blo
 DFlash trains L_ce alone; DSpark 0.1 L_ce + 0.9 L_l1 + 1.0 L_conf.
 c*_k is the probability that draft k is accepted by rejection sampling at T=1 given the earlier
 ones were, so tau_prob = 1 + sum_k prod_{i<=k} c*_i estimates the T=1 acceptance length, and the
-same product over exact argmax matches (tau_greedy) estimates it at T=0 for greedy labels.
+same product over argmax agreements with the target (tau_greedy) estimates it at T=0.
 """
 from __future__ import annotations
 
@@ -32,7 +32,7 @@ def block_losses(draft_logits: torch.Tensor, target_logits: torch.Tensor, labels
                  gamma: float) -> tuple[torch.Tensor, dict, torch.Tensor, torch.Tensor]:
     """Rows are the valid draft positions of all blocks, flattened: logits [M, V], labels/positions [M].
 
-    Returns (total loss, scalar metrics, c* [M], exact-match [M])."""
+    Returns (total loss, scalar metrics, c* [M], argmax agreement with the target [M])."""
     w = torch.exp(-positions.float() / gamma)
     w_sum = w.sum().clamp_min(1e-8)
     ce = F.cross_entropy(draft_logits, labels, reduction="none")
@@ -49,7 +49,8 @@ def block_losses(draft_logits: torch.Tensor, target_logits: torch.Tensor, labels
         loss_conf = (w * bce).sum() / w_sum
         total = total + weights.conf * loss_conf
         metrics["loss_conf"] = float(loss_conf.detach())
-    match = (draft_logits.argmax(dim=-1) == labels).float()
+    # greedy acceptance: the draft's argmax is the target's argmax (what T=0 verification checks)
+    match = (draft_logits.argmax(dim=-1) == target_logits.argmax(dim=-1)).float()
     metrics["loss"] = float(total.detach())
     return total, metrics, accept, match
 
