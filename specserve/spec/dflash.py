@@ -18,6 +18,7 @@ greedily (one-hot verification) unless `--spec-dflash-sample sample`.
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -247,6 +248,7 @@ class DSpark(DFlash):
                               f"{self.ctx.draft_model_dir} has none")
         if self.schedule:
             path = opts.get("spec_dspark_cost_table")
+            self.draft_seconds = 0.0           # running mean of one draft call, part of each step's cost
             if path:
                 self.cost_table = StepCostTable.load(path)
             else:
@@ -263,5 +265,16 @@ class DSpark(DFlash):
         lengths = super()._choose_lengths(reqs, lengths, confidence)
         if self.schedule and confidence is not None:
             caps = np.minimum(lengths, [r.n_max for r in reqs])
-            lengths = schedule_prefix_lengths(confidence, self.cost_table.steps_per_second, caps)
+            table, draft_s = self.cost_table, self.draft_seconds
+            lengths = schedule_prefix_lengths(
+                confidence, lambda rows: 1.0 / (1.0 / table.steps_per_second(rows) + draft_s), caps)
         return lengths
+
+    def draft(self, requests: list[DraftRequest]) -> dict[int, Draft]:
+        if not self.schedule:
+            return super().draft(requests)
+        t0 = time.perf_counter()
+        out = super().draft(requests)
+        elapsed = time.perf_counter() - t0
+        self.draft_seconds = elapsed if self.draft_seconds == 0 else 0.9 * self.draft_seconds + 0.1 * elapsed
+        return out

@@ -3,9 +3,12 @@ scheduler trades against expected accepted tokens (paper §3.2.2: "profiled once
 engine initialization and stored as a lightweight cost table").
 
 `profile_step_cost` times `forward_step` on a scratch cache, with the rows spread evenly over
-the slots as verification batches are; the curve is made non-increasing (more rows never run
-faster), which is the unimodality Algorithm 1's early stop assumes. A table can be saved to
-and loaded from JSON ({"rows": [...], "seconds": [...]}) to skip profiling or to pin it.
+the slots as verification batches are, and fits a straight line t(B) = a + b*B (b >= 0) to the
+medians: on a CPU the cost grows smoothly with the rows, and a smooth, non-increasing SPS keeps
+Algorithm 1's early stop from halting at a timing blip. Any table is made non-increasing
+(more rows never run faster). A table can be saved to and loaded from JSON
+({"rows": [...], "seconds": [...]}) to skip profiling or to pin it. The proposer adds its own
+per-step drafting time to the table's, so SPS is the rate of whole engine steps.
 """
 from __future__ import annotations
 
@@ -77,4 +80,7 @@ def profile_step_cost(target, n_slots: int, max_rows: int, context: int = 128, r
             seconds.append(float(np.median(times[1:])))     # the first run warms up
     for slot in range(n_slots):
         cache.lengths[slot] = 0
-    return StepCostTable(rows_timed, seconds)
+    slope, intercept = np.polyfit(np.asarray(rows_timed, dtype=np.float64), np.asarray(seconds), 1)
+    slope = max(float(slope), 0.0)
+    intercept = max(float(intercept), min(seconds) * 0.5)
+    return StepCostTable(rows_timed, [intercept + slope * r for r in rows_timed])
