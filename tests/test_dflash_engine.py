@@ -210,3 +210,15 @@ def test_generate_command_with_a_block_drafter(tiny_qwen3, bigram_dspark):
     r = run("generate", "-m", str(tiny_qwen3), "-p", "x", "--spec-type", "draft-dflash",
             "-md", str(bigram_dspark[ANCHOR_FIRST]))
     assert r.returncode == 1 and "use --spec-type draft-dspark" in r.stderr
+
+
+def test_seeded_sampling_independent_of_batch(tiny_qwen3, bigram_dspark):
+    """The draft forward is batch-invariant too, so a seeded request samples the same tokens alone
+    or beside others, even though its draft (sampled with its own generator) is verified by rejection."""
+    params = [SamplingParams(temperature=0.9, top_k=50, seed=1000 + i, max_tokens=30, ignore_eos=True)
+              for i in range(len(PROMPTS))]
+    kwargs = dict(draft_model=bigram_dspark[ANCHOR_FIRST], spec_type="draft-dspark", spec_draft_n_max=6)
+    alone = [LLM(tiny_qwen3, **kwargs).generate(p, sp)[0].token_ids for p, sp in zip(PROMPTS, params)]
+    llm = LLM(tiny_qwen3, n_parallel=3, **kwargs)
+    assert [o.token_ids for o in llm.generate(PROMPTS, params)] == alone
+    assert _counters(llm)["n_acc_tokens"] > 0
