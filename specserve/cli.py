@@ -11,6 +11,7 @@ from .errors import SpecServeError
 COMMANDS = {
     "generate": ("specserve.commands.generate", "generate text from a prompt (llama.cpp-style options)"),
     "demo": ("specserve.commands.demo", "baseline vs speculative generation on the bundled model"),
+    "lookup": ("specserve.commands.lookup", "n-gram cache files for ngram-cache: create, merge, stats"),
     "train-draft": ("specserve.commands.train_draft", "train a drafter (dflash, dspark) for a target model"),
     "convert-draft": ("specserve.commands.convert_draft", "write a DFlash/DSpark draft as a self-contained folder"),
 }
