@@ -10,6 +10,7 @@ from .errors import SpecServeError
 
 COMMANDS = {
     "generate": ("specserve.commands.generate", "generate text from a prompt (llama.cpp-style options)"),
+    "serve": ("specserve.commands.serve", "OpenAI- and llama-server-compatible HTTP server"),
     "demo": ("specserve.commands.demo", "baseline vs speculative generation on the bundled model"),
     "lookup": ("specserve.commands.lookup", "n-gram cache files for ngram-cache: create, merge, stats"),
     "train-draft": ("specserve.commands.train_draft", "train a drafter (dflash, dspark) for a target model"),
