@@ -60,6 +60,7 @@ class BlockTrainConfig:
     eval_samples: int = 32
     log_every: int = 10
     threads: int = 0
+    init_from_target: bool = True      # start from the target's last layers (init_from_target)
     command: str = ""                  # the command line, recorded in the model card
 
 
@@ -69,6 +70,27 @@ def _lr_factor(step: int, cfg: BlockTrainConfig) -> float:
         return (step + 1) / warm
     progress = (step - warm) / max(1, cfg.steps - warm)
     return 0.5 * (1 + math.cos(math.pi * min(1.0, progress)))
+
+
+def init_from_target(model: BlockDrafter, target: CausalLM) -> None:
+    """Start the draft from the target's top: draft layer i <- target layer T-L+i (when the shapes
+    match), the final norm <- the target's, and fc <- a copy of the last tap, normed by the first
+    copied layer's input norm, so the first draft layer initially sees the context keys/values the
+    target's own layer computes from that tap. Training then adapts the stack to the block task."""
+    n_target, n_draft = target.config.num_hidden_layers, len(model.layers)
+    hidden = target.config.hidden_size
+    with torch.no_grad():
+        model.norm.weight.copy_(target.model.norm.weight)
+        first = n_target - n_draft
+        for i, layer in enumerate(model.layers):
+            source = target.model.layers[first + i].state_dict()
+            own = layer.state_dict()
+            if first < 0 or any(own[k].shape != source[k].shape for k in own if k in source):
+                return
+            layer.load_state_dict({k: source[k] for k in own})
+        model.fc.weight.zero_()
+        model.fc.weight[:, -hidden:].copy_(torch.eye(hidden))
+        model.hidden_norm.weight.copy_(target.model.layers[first].input_layernorm.weight)
 
 
 class BlockTrainer:
@@ -92,6 +114,8 @@ class BlockTrainer:
                                       model_dir=self.out)
         self.model = BlockDrafter(spec)
         self.model.init_weights(seed=cfg.seed)
+        if cfg.init_from_target:
+            init_from_target(self.model, self.target)
         self.model.attach_target(self.target)
         self.weights = LOSS_WEIGHTS[cfg.method]
         self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=cfg.lr, betas=(0.9, 0.95), weight_decay=0.0)
