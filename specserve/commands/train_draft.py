@@ -31,6 +31,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--taps", type=int, default=3, help="target layers read (build_target_layer_ids)")
     parser.add_argument("--markov-rank", type=int, default=64, help="DSpark Markov head rank")
     parser.add_argument("--no-confidence-head", action="store_true", help="DSpark without the confidence head")
+    parser.add_argument("--no-init-from-target", action="store_true",
+                        help="random initialisation instead of copies of the target's last layers")
     parser.add_argument("--lr", type=float, default=6e-4, help="peak learning rate (AdamW, cosine)")
     parser.add_argument("--gamma", type=float, default=4.0, help="position weight decay exp(-k/gamma)")
     parser.add_argument("--seed", type=int, default=0)
@@ -56,7 +58,8 @@ def run_block_drafter(args) -> int:
         method=args.method, target_dir=args.target, out_dir=args.out, data_path=args.data,
         data_samples=args.data_samples, steps=args.steps, batch_size=args.batch_size, max_len=args.max_len,
         anchors=args.anchors, block_size=args.block_size, num_layers=args.layers, num_taps=args.taps,
-        markov_rank=args.markov_rank, confidence_head=not args.no_confidence_head, lr=args.lr, gamma=args.gamma,
+        markov_rank=args.markov_rank, confidence_head=not args.no_confidence_head,
+        init_from_target=not args.no_init_from_target, lr=args.lr, gamma=args.gamma,
         seed=args.seed, checkpoint_every=args.checkpoint_every, threads=args.threads,
         command=command_line(args))
     final = BlockTrainer(cfg, progress=not args.no_progress).train()
