@@ -14,6 +14,8 @@ COMMANDS = {
     "demo": ("specserve.commands.demo", "baseline vs speculative generation on the bundled model"),
     "lookup": ("specserve.commands.lookup", "n-gram cache files for ngram-cache: create, merge, stats"),
     "bench": ("specserve.commands.bench", "benchmark client (SPEED-Bench style): run, sweep, compare, report"),
+    "train-draft": ("specserve.commands.train_draft", "train a drafter (dflash, dspark, draft-simple, eagle3, mtp) for a target model"),
+    "convert-draft": ("specserve.commands.convert_draft", "write a DFlash/DSpark draft as a self-contained folder"),
 }
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 import argparse
 
 from ..engine.request import Request
-from ..llm import load_engine
+from ..llm import BUNDLED_DIR, load_engine
 from ..sampling import SamplingParams
 from .generate import timing_lines
 
@@ -32,12 +32,23 @@ def merge_sorted_lists(left, right):
 '''
 
 
+# drafters shipped with the bundled model, used by the demo when -md is not given
+BUNDLED_DRAFTS = {"draft-dflash": BUNDLED_DIR / "stdlib-coder-dflash", "draft-dspark": BUNDLED_DIR / "stdlib-coder-dspark"}
+BLOCK_DRAFT_N_MAX = 8          # the bundled block drafters' trained block (anchor-first: 8 drafts)
+
+
+def default_spec_types() -> str:
+    return ",".join(["ngram-simple"] + [t for t, d in BUNDLED_DRAFTS.items() if (d / "config.json").is_file()])
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-m", "--model", default=None, help="model folder (default: the bundled model)")
     parser.add_argument("-n", "--n-predict", type=int, default=160, help="tokens to generate")
-    parser.add_argument("--spec-type", default="ngram-simple",
-                        help="speculative types to compare with the baseline (comma list, each run separately)")
-    parser.add_argument("-md", "--spec-draft-model", default=None, help="draft model folder for draft-* types")
+    parser.add_argument("--spec-type", default=None,
+                        help="speculative types to compare with the baseline (comma list, each run separately; "
+                             f"default: {default_spec_types()})")
+    parser.add_argument("-md", "--spec-draft-model", default=None,
+                        help="draft model folder for draft-* types (default: the bundled drafters)")
     parser.add_argument("-p", "--prompt", default=DEMO_PROMPT, help="prompt (default: a code-editing prompt)")
 
 
@@ -55,13 +66,19 @@ def _run_once(model, spec_type, draft_model, prompt, n_predict, extra):
 
 
 def run(args) -> int:
-    runs = ["none"] + [t.strip() for t in args.spec_type.split(",") if t.strip() and t.strip() != "none"]
+    spec_types = args.spec_type or default_spec_types()
+    runs = ["none"] + [t.strip() for t in spec_types.split(",") if t.strip() and t.strip() != "none"]
     # small n-grams suit a short demo prompt; llama.cpp's defaults (12/48) need long histories
     extra = {"spec_ngram_simple_size_n": 4, "spec_ngram_simple_size_m": 32}
     base_text, base_speed = None, None
     print(f"prompt ({len(args.prompt)} chars), greedy, {args.n_predict} tokens\n")
     for spec_type in runs:
-        engine, req = _run_once(args.model, spec_type, args.spec_draft_model, args.prompt, args.n_predict, extra)
+        draft_model, run_extra = args.spec_draft_model, dict(extra)
+        if spec_type in BUNDLED_DRAFTS:
+            run_extra["spec_draft_n_max"] = BLOCK_DRAFT_N_MAX
+            if draft_model is None and args.model is None:
+                draft_model = BUNDLED_DRAFTS[spec_type]
+        engine, req = _run_once(args.model, spec_type, draft_model, args.prompt, args.n_predict, run_extra)
         out = req.snapshot()
         speed = out.timings["predicted_per_second"]
         if base_text is None:

@@ -84,6 +84,13 @@ class Checkpoint:
     def keys(self) -> list[str]:
         return list(self.weight_map)
 
+    def shape(self, name: str) -> tuple[int, ...]:
+        """A tensor's shape, read from the file header without loading the data."""
+        path = self.weight_map.get(name)
+        if path is None:
+            raise ModelLoadError(f"tensor {name!r} missing from checkpoint {self.model_dir}")
+        return tuple(self._handle(path).get_slice(name).get_shape())
+
     def get(self, name: str, dtype: torch.dtype | None = None, shape: tuple | None = None) -> torch.Tensor:
         path = self.weight_map.get(name)
         if path is None:

@@ -23,6 +23,8 @@ REGISTRY: dict[str, str | type] = {
     "ngram-map-k4v": "ngram_map:NgramMapK4v",
     "ngram-mod": "ngram_mod:NgramMod",
     "ngram-cache": "ngram_cache:NgramCacheProposer",
+    "draft-dflash": "dflash:DFlash",
+    "draft-dspark": "dflash:DSpark",
 }
 
 

@@ -1,0 +1,321 @@
+"""The DFlash / DSpark draft network (reference dflash_dspark.md §1.4-§1.10, §3.2-§3.3).
+
+A Qwen3-style layer stack that reads the target instead of its own past:
+  ctx = hidden_norm(fc(cat(taps)))       once per call, for the newly committed positions;
+  every layer attends, NON-causally, from the block rows to [context K/V ; block K/V], where the
+  context K/V are k_norm(k_proj(ctx)) and v_proj(ctx) (no input_layernorm on the context);
+  the block is [anchor, MASK, ..., MASK] embedded with the TARGET's embedding, and the final-normed
+  rows go through the TARGET's lm_head. Neither is copied: `attach_target` keeps references.
+Two forwards compute the same thing:
+  * `forward_cached`: serving; per slot a static cache of context K/V that persists across steps;
+    the block's own K/V are written after the context and simply not counted (the "crop");
+  * `forward_train`: all anchors of a sequence in one pass with the per-anchor visibility mask
+    (context strictly before the anchor, bidirectional inside the block).
+The optional DSpark heads (Markov bias, confidence) are plain modules used by spec/markov_chain.py.
+"""
+from __future__ import annotations
+
+import json
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from safetensors.torch import save_file
+
+from ..errors import ModelLoadError
+from .block_drafter_format import (ANCHOR_FIRST, SHARED_TENSORS, BlockDrafterSpec, check_compatible, normalized_config,
+                                   read_block_drafter)
+from .kv_cache import KVCache
+from .loader import parse_dtype
+from .rope import RotaryEmbedding, apply_rope
+from .step_batch import KEY_BLOCK
+from .transformer import ACTIVATIONS, DecoderLayer, RMSNorm, ServingWeights, linear, rms_norm
+
+
+class MarkovHead(nn.Module):
+    """bias(prev) = markov_w2(markov_w1[prev]): a rank-r bigram correction of the draft logits."""
+
+    def __init__(self, vocab_size: int, rank: int):
+        super().__init__()
+        self.markov_w1 = nn.Embedding(vocab_size, rank)
+        self.markov_w2 = nn.Linear(rank, vocab_size, bias=False)
+
+    def forward(self, prev_tokens: torch.Tensor) -> torch.Tensor:
+        return self.markov_w2(self.markov_w1(prev_tokens))
+
+
+class ConfidenceHead(nn.Module):
+    """A logit of P(draft k accepted | drafts before it accepted) from [h_k ; markov_w1[prev_k]]."""
+
+    def __init__(self, in_features: int):
+        super().__init__()
+        self.proj = nn.Linear(in_features, 1)
+
+    def forward(self, features: torch.Tensor) -> torch.Tensor:
+        return self.proj(features.to(self.proj.weight.dtype)).squeeze(-1)
+
+
+@dataclass
+class SharedTargetWeights:
+    """The target's embedding and output matrices, borrowed (never registered as parameters)."""
+    embed: torch.Tensor
+    lm_head: torch.Tensor
+
+
+class BlockDrafter(nn.Module):
+    def __init__(self, spec: BlockDrafterSpec):
+        super().__init__()
+        cfg = spec.backbone
+        self.spec = spec
+        self.cfg = cfg
+        hidden = cfg.hidden_size
+        self.fc = nn.Linear(len(spec.target_layer_ids) * hidden, hidden, bias=False)
+        self.hidden_norm = RMSNorm(hidden, cfg.rms_norm_eps)
+        self.layers = nn.ModuleList(DecoderLayer(cfg) for _ in range(cfg.num_hidden_layers))
+        self.norm = RMSNorm(hidden, cfg.rms_norm_eps)
+        self.markov_head = MarkovHead(cfg.vocab_size, spec.markov_rank) if spec.markov_rank else None
+        self.confidence_head = (ConfidenceHead(hidden + (spec.markov_rank if spec.confidence_with_markov else 0))
+                                if spec.has_confidence_head else None)
+        self.act = ACTIVATIONS[cfg.hidden_act]
+        self.shared: SharedTargetWeights | None = None
+        self.rope: RotaryEmbedding | None = None
+        self.serving: list[ServingWeights] | None = None     # built by new_cache()
+
+    # ------------------------------------------------------------------ loading
+    @classmethod
+    def from_pretrained(cls, spec: BlockDrafterSpec, target, dtype=None, tokenizer=None) -> "BlockDrafter":
+        """Load the draft weights of `spec` and attach the target's embedding / lm_head."""
+        check_compatible(spec, target.config, tokenizer)
+        dtype = parse_dtype(dtype, target.dtype)
+        with torch.device("meta"):
+            model = cls(spec)
+        state = {}
+        for name, param in model.state_dict().items():
+            if name not in spec.key_map:
+                raise ModelLoadError(f"tensor {name!r} missing from draft checkpoint {spec.model_dir}")
+            state[name] = spec.checkpoint.get(spec.key_map[name], dtype, tuple(param.shape))
+        unknown = sorted(set(spec.key_map) - set(state) - set(SHARED_TENSORS))
+        if unknown:
+            raise ModelLoadError(f"draft checkpoint {spec.model_dir} has tensors this network does not use: "
+                                 f"{', '.join(unknown[:5])}{' ...' if len(unknown) > 5 else ''}")
+        model.load_state_dict(state, assign=True)
+        for head in (model.markov_head, model.confidence_head):    # small heads run in float32
+            if head is not None:
+                head.float()
+        model.to(device=target.device)
+        model.eval().requires_grad_(False)
+        model.attach_target(target)
+        return model
+
+    def attach_target(self, target) -> None:
+        self.shared = SharedTargetWeights(target.model.embed_tokens.weight, target.lm_head_weight)
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.fc.weight.dtype
+
+    @property
+    def device(self) -> torch.device:
+        return self.fc.weight.device
+
+    def _rope(self, n_positions: int) -> RotaryEmbedding:
+        cfg = self.cfg
+        if self.rope is None or self.rope.cos.shape[0] < n_positions:
+            self.rope = RotaryEmbedding(cfg.head_dim, cfg.rope_theta, cfg.rope_scaling, cfg.max_position_embeddings,
+                                        max(n_positions, 64), self.device)
+        return self.rope
+
+    def _cos_sin(self, positions: torch.Tensor):
+        """float32 cos/sin rows for the serving forward."""
+        return self._rope(int(positions.max()) + 1).gather(positions, seq_len=int(positions.max()) + 1)
+
+    # ------------------------------------------------------------------ shared pieces
+    def logits(self, hidden_normed: torch.Tensor) -> torch.Tensor:
+        """Target lm_head over draft rows, float32 [..., V]."""
+        shape = hidden_normed.shape
+        flat = hidden_normed.reshape(-1, shape[-1])
+        return linear(flat, self.shared.lm_head).float().view(*shape[:-1], -1)
+
+    def draft_rows(self, hidden: torch.Tensor) -> torch.Tensor:
+        """[..., nb, H] block outputs -> the rows that predict drafts 1..n (the layout decides)."""
+        return hidden if self.spec.layout == ANCHOR_FIRST else hidden[..., 1:, :]
+
+    def block_rows_for(self, n_drafts: int) -> int:
+        return n_drafts if self.spec.layout == ANCHOR_FIRST else n_drafts + 1
+
+    def confidence_logits(self, hidden_rows: torch.Tensor, prev_tokens: torch.Tensor) -> torch.Tensor:
+        """hidden_rows [..., n, H] (final-normed, the rows that give the drafts), prev_tokens [..., n]."""
+        feats = hidden_rows.float()
+        if self.spec.confidence_with_markov:
+            feats = torch.cat([feats, self.markov_head.markov_w1(prev_tokens).float()], dim=-1)
+        return self.confidence_head(feats)
+
+    # ------------------------------------------------------------------ serving forward
+    def new_cache(self, n_slots: int, max_ctx: int) -> KVCache:
+        """Context K/V per slot (float32, like the target's), with room for one block past max_ctx."""
+        cfg = self.cfg
+        if self.serving is None:
+            self.serving = [layer.serving_weights(cfg) for layer in self.layers]
+        self._rope(max_ctx + self.spec.block_size + 1)
+        return KVCache(cfg.num_hidden_layers, n_slots, cfg.num_key_value_heads, max_ctx + self.spec.block_size + 1,
+                       cfg.head_dim, torch.float32, self.device)
+
+    def forward_cached(self, cache: KVCache, ctx_feats: torch.Tensor | None, ctx_slots: torch.Tensor | None,
+                       ctx_positions: torch.Tensor | None, slots: list[int], pos0: torch.Tensor,
+                       block_tokens: torch.Tensor) -> torch.Tensor:
+        """Commit new context rows, then run one block per slot. Returns final-normed [S, nb, H].
+
+        ctx_feats [C, m*H] with their slots and positions (any order, any count per slot);
+        block_tokens [S, nb] at positions pos0[s] .. pos0[s]+nb-1 (the anchor at pos0).
+        Linear layers run in the model dtype; q/k/v, RoPE, the cache and attention in float32,
+        as in the target's serving forward.
+        """
+        cfg = self.cfg
+        n_heads, n_kv, d = cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim
+        group, eps, q_size, kv_size = n_heads // n_kv, cfg.rms_norm_eps, cfg.q_size, cfg.kv_size
+        n_slots, nb = block_tokens.shape
+        cap = cache.capacity
+        heads = torch.arange(n_kv, device=self.device)
+
+        slot_t = torch.as_tensor(slots, dtype=torch.int64, device=self.device)
+        positions = (pos0.unsqueeze(1) + torch.arange(nb, device=self.device)).reshape(-1)
+        row_slots = slot_t.repeat_interleave(nb)
+        n_ctx = 0
+        if ctx_feats is not None and ctx_feats.shape[0]:
+            # context rows go through each layer's k/v projection together with the block rows
+            ctx = rms_norm(linear(ctx_feats.to(self.dtype), self.fc.weight), self.hidden_norm.weight, eps)
+            n_ctx = ctx.shape[0]
+            positions = torch.cat([ctx_positions, positions])
+            row_slots = torch.cat([ctx_slots, row_slots])
+        cos, sin = self._cos_sin(positions)
+        cache_index = ((row_slots.unsqueeze(1) * n_kv + heads) * cap + positions.unsqueeze(1)).reshape(-1)
+        key_len = -(-int(pos0.max() + nb) // KEY_BLOCK) * KEY_BLOCK
+        # every block row sees the slot's whole committed context and the whole block (non-causal)
+        hidden_keys = torch.arange(key_len, device=self.device).view(1, -1) >= (pos0 + nb).unsqueeze(1)
+        hidden_keys = hidden_keys.view(n_slots, 1, 1, 1, key_len)
+        if slots == list(range(slots[0], slots[0] + n_slots)):
+            select = slice(slots[0], slots[0] + n_slots)
+        else:
+            select = slot_t
+        scale = d ** -0.5
+
+        x = F.embedding(block_tokens.reshape(-1), self.shared.embed).to(self.dtype)
+        n_rows = x.shape[0]
+        for layer_id, w in enumerate(self.serving):
+            k_cache, v_cache = cache.k[layer_id], cache.v[layer_id]
+            h = rms_norm(x, w.input_norm, eps)
+            if n_ctx:                   # no input_layernorm on the context (reference gotcha 6)
+                h = torch.cat([ctx, h])
+            qkv = linear(h, w.qkv_w, w.qkv_b).float()
+            qk = F.rms_norm(qkv[:, :q_size + kv_size].reshape(-1, n_heads + n_kv, d), (d,), None, eps)
+            qk = apply_rope(qk * w.qk_norm, cos, sin)
+            k_cache.view(-1, d).index_copy_(0, cache_index, qk[:, n_heads:].reshape(-1, d))
+            v_cache.view(-1, d).index_copy_(0, cache_index, qkv[:, q_size + kv_size:].reshape(-1, d))
+            keys = k_cache[select, :, :key_len]
+            values = v_cache[select, :, :key_len]
+            q = (qk[n_ctx:, :n_heads] * scale).view(n_slots, nb, n_kv, group, d).permute(0, 2, 3, 1, 4)
+            scores = torch.matmul(q.reshape(n_slots, n_kv, group * nb, d), keys.transpose(-1, -2))
+            probs = torch.softmax(scores.view(n_slots, n_kv, group, nb, key_len).masked_fill_(hidden_keys,
+                                                                                             float("-inf")), dim=-1)
+            out = torch.matmul(probs.view(n_slots, n_kv, group * nb, key_len), values)
+            out = out.view(n_slots, n_kv, group, nb, d).permute(0, 3, 1, 2, 4).reshape(n_rows, n_heads * d)
+            x = x + linear(out.to(x.dtype), w.o_w, w.o_b)
+            h = rms_norm(x, w.post_norm, eps)
+            gate, up = linear(h, w.gate_up_w, w.gate_up_b).split(cfg.intermediate_size, dim=-1)
+            x = x + linear(self.act(gate) * up, w.down_w, w.down_b)
+        return rms_norm(x, self.norm.weight, eps).view(n_slots, nb, -1)
+
+    # ------------------------------------------------------------------ training forward
+    def forward_train(self, ctx_feats: torch.Tensor, anchors: torch.Tensor, block_tokens: torch.Tensor,
+                      ) -> torch.Tensor:
+        """All blocks of a batch of sequences in one differentiable pass.
+
+        ctx_feats [Bz, T, m*H] (target taps at positions 0..T-1), anchors [Bz, N] (block n starts at
+        position anchors[:, n]), block_tokens [Bz, N, nb]. Returns final-normed [Bz, N, nb, H].
+        Block n sees context positions < anchors[:, n] and its own nb rows, nothing else.
+        """
+        cfg = self.cfg
+        n_heads, n_kv, d = cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim
+        bsz, seq = ctx_feats.shape[:2]
+        n_blocks, nb = block_tokens.shape[1:]
+        n_q = n_blocks * nb
+        device = ctx_feats.device
+        ctx = self.hidden_norm(self.fc(ctx_feats.to(self.dtype)))
+        block_pos = (anchors.unsqueeze(-1) + torch.arange(nb, device=device)).reshape(bsz, n_q)
+        ctx_pos = torch.arange(seq, device=device)
+        rope = self._rope(int(max(seq, int(block_pos.max()) + 1)) + 1)
+        cos_q, sin_q = (t.to(self.dtype) for t in rope.gather(block_pos.reshape(-1)))
+        cos_c, sin_c = (t.to(self.dtype) for t in rope.gather(ctx_pos))
+        cos_c, sin_c = cos_c.repeat(bsz, 1), sin_c.repeat(bsz, 1)
+
+        block_of_q = torch.arange(n_q, device=device) // nb
+        ctx_visible = ctx_pos.view(1, 1, seq) < anchors.repeat_interleave(nb, dim=1).unsqueeze(-1)   # [Bz, Q, T]
+        own_block = (block_of_q.view(-1, 1) == block_of_q.view(1, -1)).expand(bsz, n_q, n_q)
+        mask = torch.cat([ctx_visible, own_block], dim=-1).unsqueeze(1)                          # [Bz, 1, Q, T+Q]
+
+        x = F.embedding(block_tokens.reshape(bsz, n_q), self.shared.embed).to(self.dtype)
+        for layer in self.layers:
+            attn = layer.self_attn
+            h = layer.input_layernorm(x)
+            q = attn.q_norm(attn.q_proj(h).view(bsz * n_q, n_heads, d))
+            k_b = attn.k_norm(attn.k_proj(h).view(bsz * n_q, n_kv, d))
+            k_c = attn.k_norm(attn.k_proj(ctx).view(bsz * seq, n_kv, d))
+            q, k_b = apply_rope(q, cos_q, sin_q), apply_rope(k_b, cos_q, sin_q)
+            k_c = apply_rope(k_c, cos_c, sin_c)
+            keys = torch.cat([k_c.view(bsz, seq, n_kv, d), k_b.view(bsz, n_q, n_kv, d)], dim=1).transpose(1, 2)
+            values = torch.cat([attn.v_proj(ctx).view(bsz, seq, n_kv, d),
+                                attn.v_proj(h).view(bsz, n_q, n_kv, d)], dim=1).transpose(1, 2)
+            out = F.scaled_dot_product_attention(q.view(bsz, n_q, n_heads, d).transpose(1, 2), keys, values,
+                                                 attn_mask=mask, is_causal=False, enable_gqa=n_kv != n_heads)
+            x = x + attn.o_proj(out.transpose(1, 2).reshape(bsz, n_q, n_heads * d))
+            h = layer.post_attention_layernorm(x)
+            x = x + layer.mlp.down_proj(self.act(layer.mlp.gate_proj(h)) * layer.mlp.up_proj(h))
+        return self.norm(x).view(bsz, n_blocks, nb, -1)
+
+    def init_weights(self, std: float = 0.02, seed: int = 0) -> None:
+        """Random initialisation for training; the Markov bias and the confidence head start at zero."""
+        gen = torch.Generator().manual_seed(seed)
+        for name, param in self.named_parameters():
+            with torch.no_grad():
+                if name.endswith("norm.weight"):
+                    param.fill_(1.0)
+                elif name.endswith(".bias") or name.startswith(("markov_head.markov_w2", "confidence_head")):
+                    param.zero_()
+                else:
+                    param.copy_(torch.randn(param.shape, generator=gen) * std)
+
+
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "chat_template.jinja",
+                   "generation_config.json")
+
+
+def save_block_drafter(model: BlockDrafter, out_dir: str | Path, dtype: torch.dtype = torch.bfloat16,
+                       extra_config: dict | None = None, tokenizer_from: str | Path | None = None) -> Path:
+    """Write config.json (every key explicit) and model.safetensors, without embedding or lm_head
+    (the target's are used), plus the target's tokenizer files when `tokenizer_from` is given.
+    The small Markov and confidence heads stay in float32."""
+    out_dir = Path(out_dir)
+    if tokenizer_from is not None:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        for name in TOKENIZER_FILES:
+            if (Path(tokenizer_from) / name).is_file():
+                shutil.copyfile(Path(tokenizer_from) / name, out_dir / name)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    state = {}
+    for name, tensor in model.state_dict().items():
+        keep_fp32 = name.startswith(("markov_head.", "confidence_head."))
+        state[name] = tensor.detach().to(torch.float32 if keep_fp32 else dtype).contiguous().cpu()
+    save_file(state, str(out_dir / "model.safetensors"), metadata={"format": "pt"})
+    config = normalized_config(model.spec)
+    config["torch_dtype"] = str(dtype).replace("torch.", "")
+    config.update(extra_config or {})
+    (out_dir / "config.json").write_text(json.dumps(config, indent=2) + "\n")
+    return out_dir
+
+
+def load_block_drafter(model_dir, target, layout: str | None = None, tokenizer=None, dtype=None) -> BlockDrafter:
+    """Detect the format of `model_dir`, check it against `target` and load it."""
+    return BlockDrafter.from_pretrained(read_block_drafter(model_dir, layout), target, dtype, tokenizer)

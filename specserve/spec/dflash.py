@@ -1,0 +1,280 @@
+"""draft-dflash and draft-dspark: block drafters that read the target's hidden states.
+
+Per slot the proposer keeps the draft's context: the tap features of every committed target
+position, injected once as keys/values of every draft layer and kept in a static per-slot cache
+across steps. `process()` receives the taps of each target forward: prompt rows are committed
+at once; the rows [id_last, d_1..d_k] of a verification are held back until `accept(slot, n)`
+says that only id_last and the first n drafts were kept, so a rejected draft never enters the
+context. `draft()` then runs ONE draft forward for all requesting slots, each with a full block
+of the same size (the block-uniformity the Markov chain needs); the driver truncates each slot
+to its own cap afterwards.
+
+DSpark adds the Markov chain (spec/markov_chain.py) and the confidence head: `--spec-draft-p-min`
+cuts a block at the first position predicted below P, and `--spec-dspark-schedule` chooses the
+verified lengths across the batch with the paper's Algorithm 1 (spec/confidence_schedule.py).
+At temperature > 0 DSpark samples its chain and hands q to rejection sampling; DFlash drafts
+greedily (one-hot verification) unless `--spec-dflash-sample sample`.
+"""
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from ..errors import OptionError
+from ..models.block_drafter import load_block_drafter
+from ..models.block_drafter_format import LAYOUTS
+from .base import Draft, DraftRequest, Option, Proposer, ProposerContext, TargetBatch
+from .confidence_schedule import confident_prefix_lengths, schedule_prefix_lengths
+from .markov_chain import gumbel_noise, run_block_chain
+from .step_cost import StepCostTable, profile_step_cost
+
+log = logging.getLogger("specserve.spec")
+
+SAMPLE_MODES = ("auto", "greedy", "sample")
+
+
+@dataclass
+class _SlotContext:
+    """Committed target features not yet in the draft cache, and the last verification's rows."""
+    pending: list[tuple[int, torch.Tensor]] = field(default_factory=list)   # (first position, rows)
+    tail: tuple[int, torch.Tensor] | None = None
+    tail_kept: int = 1              # id_last is always committed; accept() adds the accepted drafts
+
+    def flush_tail(self) -> None:
+        if self.tail is not None:
+            pos0, rows = self.tail
+            self.pending.append((pos0, rows[:self.tail_kept]))
+            self.tail = None
+
+
+class DFlash(Proposer):
+    name = "draft-dflash"
+    uses_markov = False
+    options = [
+        Option(("--spec-dflash-layout",), "spec_dflash_layout", str, "auto",
+               "draft-dflash/draft-dspark: block layout: auto (from the checkpoint), bonus-anchor "
+               "(z-lab, B-1 drafts per block) or anchor-first (DeepSpec, B drafts)"),
+        Option(("--spec-dflash-sample",), "spec_dflash_sample", str, "auto",
+               "draft-dflash/draft-dspark at temperature > 0: auto (DSpark samples its Markov chain, DFlash "
+               "drafts greedily), greedy, or sample (drafts sampled at the request's temperature, verified "
+               "by rejection sampling with their q)"),
+    ]
+
+    def __init__(self, ctx: ProposerContext):
+        super().__init__(ctx)
+        if not ctx.draft_model_dir:
+            raise OptionError(f"--spec-type {self.name} needs a draft model folder (-md DIR)")
+        opts = ctx.options
+        self.sample_mode = str(opts.get("spec_dflash_sample", "auto"))
+        if self.sample_mode not in SAMPLE_MODES:
+            raise OptionError(f"--spec-dflash-sample must be one of {', '.join(SAMPLE_MODES)}, "
+                              f"got {self.sample_mode!r}")
+        layout = opts.get("spec_dflash_layout", "auto") or "auto"
+        if layout not in ("auto",) + LAYOUTS:
+            raise OptionError(f"--spec-dflash-layout must be auto, {' or '.join(LAYOUTS)}, got {layout!r}")
+        self.drafter = load_block_drafter(ctx.draft_model_dir, ctx.target, layout, ctx.tokenizer)
+        spec = self.drafter.spec
+        if self.uses_markov and not spec.markov_rank:
+            raise OptionError(f"{ctx.draft_model_dir} has no Markov head (a DFlash draft): use --spec-type "
+                              f"draft-dflash")
+        if not self.uses_markov and spec.markov_rank:
+            raise OptionError(f"{ctx.draft_model_dir} has a Markov head (a DSpark draft): use --spec-type "
+                              f"draft-dspark")
+        self.taps = tuple(spec.target_layer_ids)
+        requested = int(opts.get("spec_draft_n_max", 3))
+        self.n_draft = max(1, min(requested, spec.max_drafts))
+        if requested > spec.max_drafts:
+            log.info("%s: --spec-draft-n-max %d clamped to the trained block (%d drafts, %s layout)",
+                     self.name, requested, spec.max_drafts, spec.layout)
+        self.n_min = int(opts.get("spec_draft_n_min", 0))
+        self.p_min = float(opts.get("spec_draft_p_min", 0.0))
+        self.mask_token_id = spec.mask_token_id
+        self.cache = self.drafter.new_cache(ctx.n_slots, ctx.max_ctx)
+        self.slots = [_SlotContext() for _ in range(ctx.n_slots)]
+        self.cost_table: StepCostTable | None = None
+        self._check_confidence_options()
+
+    def _check_confidence_options(self) -> None:
+        """DFlash: p_min applies to the draft's own top probability (known before the token is drawn)."""
+
+    def max_draft(self) -> int:
+        return self.n_draft
+
+    # ------------------------------------------------------------------ context bookkeeping
+    def _reset(self, slot: int) -> None:
+        self.slots[slot] = _SlotContext()
+        self.cache.clear(slot)
+
+    def begin(self, slot: int, prompt: np.ndarray) -> None:
+        # the prompt's features arrived through process() already (begin comes after the last chunk)
+        pass
+
+    def process(self, batch: TargetBatch) -> None:
+        segments = batch.step.segments
+        if not segments:
+            return
+        feats = torch.cat([batch.out.taps[layer] for layer in self.taps], dim=-1)
+        for seg in segments:
+            state = self.slots[seg.slot]
+            if seg.pos0 == 0:           # a new request in this slot
+                self._reset(seg.slot)
+                state = self.slots[seg.slot]
+            state.flush_tail()
+            rows = feats[seg.start:seg.start + seg.n_rows]
+            if batch.is_prompt.get(seg.slot, False):
+                state.pending.append((seg.pos0, rows))
+            else:
+                state.tail, state.tail_kept = (seg.pos0, rows), 1
+
+    def accept(self, slot: int, n_accepted: int, is_other: bool) -> None:
+        self.slots[slot].tail_kept = 1 + n_accepted
+
+    def release(self, slot: int) -> None:
+        self._reset(slot)
+
+    def _new_context(self, req: DraftRequest) -> list[tuple[int, torch.Tensor]] | None:
+        """The committed rows from the draft cache's length up to the anchor, or None if out of step."""
+        state = self.slots[req.slot]
+        state.flush_tail()
+        expected = self.cache.length(req.slot)
+        for pos0, rows in state.pending:
+            if pos0 != expected:
+                break
+            expected += rows.shape[0]
+        if expected != req.pos0:
+            log.warning("%s: slot %d draft context out of step (%d rows for position %d); restarting it",
+                        self.name, req.slot, expected, req.pos0)
+            self._reset(req.slot)
+            return None
+        return state.pending
+
+    # ------------------------------------------------------------------ drafting
+    def draft(self, requests: list[DraftRequest]) -> dict[int, Draft]:
+        reqs, ctx_rows, ctx_slots, ctx_pos = [], [], [], []
+        for req in requests:
+            chunks = self._new_context(req)
+            if chunks is None:
+                continue
+            for pos0, rows in chunks:
+                ctx_rows.append(rows)
+                ctx_slots.append(torch.full((rows.shape[0],), req.slot, dtype=torch.int64))
+                ctx_pos.append(torch.arange(pos0, pos0 + rows.shape[0], dtype=torch.int64))
+            reqs.append(req)
+        if not reqs:
+            return {}
+        drafter, device = self.drafter, self.drafter.device
+        n_block = drafter.block_rows_for(self.n_draft)
+        anchors = torch.tensor([r.id_last for r in reqs], dtype=torch.int64, device=device)
+        block = torch.full((len(reqs), n_block), self.mask_token_id, dtype=torch.int64, device=device)
+        block[:, 0] = anchors
+        pos0 = torch.tensor([r.pos0 for r in reqs], dtype=torch.int64, device=device)
+        have_ctx = bool(ctx_rows)
+        hidden = drafter.forward_cached(
+            self.cache, torch.cat(ctx_rows) if have_ctx else None,
+            torch.cat(ctx_slots).to(device) if have_ctx else None,
+            torch.cat(ctx_pos).to(device) if have_ctx else None, [r.slot for r in reqs], pos0, block)
+        for r in reqs:     # context committed up to the anchor; the block's rows are dropped (the crop)
+            self.cache.lengths[r.slot] = r.pos0
+            self.slots[r.slot].pending = []
+
+        rows = drafter.draft_rows(hidden)                        # [S, n, H]
+        base = drafter.logits(rows)                              # [S, n, V] float32
+        sampling = [self._samples(r) for r in reqs]
+        temps = torch.tensor([r.temperature if s else 0.0 for r, s in zip(reqs, sampling)], device=device)
+        noise = gumbel_noise([r.generator for r in reqs], sampling, self.n_draft, base.shape[-1], device)
+        chain = run_block_chain(base, anchors, drafter.markov_head if self.uses_markov else None, temps, noise)
+        lengths = np.full(len(reqs), self.n_draft, dtype=np.int64)
+        confidence = self._confidence(rows, chain, base)
+        lengths = self._choose_lengths(reqs, lengths, confidence)
+
+        tokens = chain.tokens.tolist()
+        out = {}
+        for i, req in enumerate(reqs):
+            n = int(lengths[i])
+            if n == 0 or n < self.n_min:
+                continue
+            q = None
+            if sampling[i]:
+                q = torch.softmax(chain.logits[i, :n] / req.temperature, dim=-1)
+            conf = None if confidence is None else torch.from_numpy(confidence[i, :n])
+            out[req.slot] = Draft(tokens[i][:n], q, conf)
+        return out
+
+    def _samples(self, req: DraftRequest) -> bool:
+        """Whether this slot's drafts are sampled (and carry q) rather than greedy."""
+        if req.temperature <= 0 or req.generator is None:
+            return False
+        if self.sample_mode == "auto":
+            return self.uses_markov
+        return self.sample_mode == "sample"
+
+    def _confidence(self, rows: torch.Tensor, chain, base_logits: torch.Tensor) -> np.ndarray | None:
+        """DFlash: the draft's top probability per position (temperature 1), used by p_min."""
+        if self.p_min <= 0:
+            return None
+        return torch.softmax(base_logits, dim=-1).amax(dim=-1).cpu().numpy()
+
+    def _choose_lengths(self, reqs, lengths: np.ndarray, confidence: np.ndarray | None) -> np.ndarray:
+        if confidence is not None and self.p_min > 0:
+            lengths = np.minimum(lengths, confident_prefix_lengths(confidence, self.p_min))
+        return lengths
+
+
+class DSpark(DFlash):
+    name = "draft-dspark"
+    uses_markov = True
+    options = [
+        Option(("--spec-dspark-schedule",), "spec_dspark_schedule", bool, False,
+               "draft-dspark: choose each slot's verified length across the batch from the confidence head "
+               "and the target's profiled steps-per-second curve (DSpark Algorithm 1, with its early stop)"),
+        Option(("--spec-dspark-cost-table",), "spec_dspark_cost_table", str, None,
+               "draft-dspark: JSON step-cost table {\"rows\": [...], \"seconds\": [...]} for the scheduler "
+               "(default: profile the target at start-up)"),
+    ]
+
+    def _check_confidence_options(self) -> None:
+        opts = self.ctx.options
+        self.schedule = bool(opts.get("spec_dspark_schedule", False))
+        has_head = self.drafter.confidence_head is not None
+        if self.p_min > 0 and not has_head:
+            raise OptionError(f"--spec-draft-p-min {self.p_min} needs a confidence head, and the DSpark draft "
+                              f"{self.ctx.draft_model_dir} has none (set it to 0)")
+        if self.schedule and not has_head:
+            raise OptionError(f"--spec-dspark-schedule needs a confidence head, and the DSpark draft "
+                              f"{self.ctx.draft_model_dir} has none")
+        if self.schedule:
+            path = opts.get("spec_dspark_cost_table")
+            self.draft_seconds = 0.0           # running mean of one draft call, part of each step's cost
+            if path:
+                self.cost_table = StepCostTable.load(path)
+            else:
+                max_rows = self.ctx.n_slots * (self.n_draft + 1)
+                self.cost_table = profile_step_cost(self.ctx.target, self.ctx.n_slots, max_rows)
+                log.info("draft-dspark: profiled the target for 1..%d rows per step", max_rows)
+
+    def _confidence(self, rows: torch.Tensor, chain, base_logits: torch.Tensor) -> np.ndarray | None:
+        if self.drafter.confidence_head is None or (self.p_min <= 0 and not self.schedule):
+            return None
+        return torch.sigmoid(self.drafter.confidence_logits(rows, chain.prev).float()).cpu().numpy()
+
+    def _choose_lengths(self, reqs, lengths: np.ndarray, confidence: np.ndarray | None) -> np.ndarray:
+        lengths = super()._choose_lengths(reqs, lengths, confidence)
+        if self.schedule and confidence is not None:
+            caps = np.minimum(lengths, [r.n_max for r in reqs])
+            table, draft_s = self.cost_table, self.draft_seconds
+            lengths = schedule_prefix_lengths(
+                confidence, lambda rows: 1.0 / (1.0 / table.steps_per_second(rows) + draft_s), caps)
+        return lengths
+
+    def draft(self, requests: list[DraftRequest]) -> dict[int, Draft]:
+        if not self.schedule:
+            return super().draft(requests)
+        t0 = time.perf_counter()
+        out = super().draft(requests)
+        elapsed = time.perf_counter() - t0
+        self.draft_seconds = elapsed if self.draft_seconds == 0 else 0.9 * self.draft_seconds + 0.1 * elapsed
+        return out

@@ -1,0 +1,86 @@
+"""The target's steps-per-second curve SPS(B) for B rows per forward, which the DSpark
+scheduler trades against expected accepted tokens (paper §3.2.2: "profiled once during
+engine initialization and stored as a lightweight cost table").
+
+`profile_step_cost` times `forward_step` on a scratch cache, with the rows spread evenly over
+the slots as verification batches are, and fits a straight line t(B) = a + b*B (b >= 0) to the
+medians: on a CPU the cost grows smoothly with the rows, and a smooth, non-increasing SPS keeps
+Algorithm 1's early stop from halting at a timing blip. Any table is made non-increasing
+(more rows never run faster). A table can be saved to and loaded from JSON
+({"rows": [...], "seconds": [...]}) to skip profiling or to pin it. The proposer adds its own
+per-step drafting time to the table's, so SPS is the rate of whole engine steps.
+"""
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from ..errors import OptionError
+from ..models.step_batch import StepBatch
+
+
+class StepCostTable:
+    def __init__(self, rows: list[int], seconds: list[float]):
+        if not rows or len(rows) != len(seconds) or any(s <= 0 for s in seconds):
+            raise OptionError("a step cost table needs matching, positive 'rows' and 'seconds' lists")
+        order = np.argsort(rows)
+        self.rows = np.asarray(rows, dtype=np.int64)[order]
+        self.seconds = np.maximum.accumulate(np.asarray(seconds, dtype=np.float64)[order])
+
+    def steps_per_second(self, n_rows: int) -> float:
+        """1 / step time at n_rows (linear interpolation; linear growth past the last entry)."""
+        last = int(self.rows[-1])
+        if n_rows > last:
+            return 1.0 / (self.seconds[-1] * n_rows / last)
+        return 1.0 / float(np.interp(n_rows, self.rows, self.seconds))
+
+    def as_dict(self) -> dict:
+        return {"rows": self.rows.tolist(), "seconds": self.seconds.tolist()}
+
+    def save(self, path: str | Path) -> None:
+        Path(path).write_text(json.dumps(self.as_dict()))
+
+    @classmethod
+    def load(cls, path: str | Path) -> "StepCostTable":
+        path = Path(path)
+        if not path.is_file():
+            raise OptionError(f"step cost table not found: {path}")
+        try:
+            data = json.loads(path.read_text())
+            return cls(list(data["rows"]), list(data["seconds"]))
+        except (json.JSONDecodeError, KeyError, TypeError) as exc:
+            raise OptionError(f"step cost table {path} is not valid ({{'rows': [...], 'seconds': [...]}}): "
+                              f"{exc}") from exc
+
+
+def profile_step_cost(target, n_slots: int, max_rows: int, context: int = 128, repeats: int = 5,
+                      ) -> StepCostTable:
+    """Median forward time for every total row count 1..max_rows, rows spread over the slots."""
+    context = min(context, target.config.max_position_embeddings - max_rows - 1)
+    cache = target.new_cache(n_slots, context + max_rows + 1)
+    rows_timed, seconds = [], []
+    with torch.inference_mode():
+        for total in range(1, max_rows + 1):
+            used = min(n_slots, total)
+            per_slot = [total // used + (1 if i < total % used else 0) for i in range(used)]
+            segments = [(slot, torch.ones(n, dtype=torch.int64), context) for slot, n in enumerate(per_slot)]
+            times = []
+            for _ in range(repeats + 1):
+                for slot in range(used):
+                    cache.lengths[slot] = context
+                batch = StepBatch.build(segments, list(range(total)), device=target.device)
+                t0 = time.perf_counter()
+                target.forward_step(batch, cache)
+                times.append(time.perf_counter() - t0)
+            rows_timed.append(total)
+            seconds.append(float(np.median(times[1:])))     # the first run warms up
+    for slot in range(n_slots):
+        cache.lengths[slot] = 0
+    slope, intercept = np.polyfit(np.asarray(rows_timed, dtype=np.float64), np.asarray(seconds), 1)
+    slope = max(float(slope), 0.0)
+    intercept = max(float(intercept), min(seconds) * 0.5)
+    return StepCostTable(rows_timed, [intercept + slope * r for r in rows_timed])
