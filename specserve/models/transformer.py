@@ -107,6 +107,83 @@ class DecoderLayer(nn.Module):
             self.fused["gate_up_b"] = torch.cat([mlp.gate_proj.bias, mlp.up_proj.bias]).detach()
 
 
+def rope_tables(rope: RotaryEmbedding, batch: StepBatch, dtype: torch.dtype):
+    """cos/sin rows for the batch's positions (dynamic NTK scaling depends on each slot's length)."""
+    if rope.rope_type != "dynamic":
+        cos, sin = rope.gather(batch.positions)
+    else:
+        cos, sin = [], []
+        for seg in batch.segments:
+            pos = batch.positions[seg.start:seg.start + seg.n_rows]
+            c, s = rope.gather(pos, seq_len=seg.pos0 + seg.n_rows)
+            cos.append(c)
+            sin.append(s)
+        cos, sin = torch.cat(cos), torch.cat(sin)
+    return cos.to(dtype), sin.to(dtype)
+
+
+def cached_attention(qkv: torch.Tensor, attn: Attention, cfg: ModelConfig, cos: torch.Tensor, sin: torch.Tensor,
+                     batch: StepBatch, cache: KVCache, layer_id: int) -> torch.Tensor:
+    """Attention of the batch's rows over one layer of a KV cache, given fused q/k/v rows [N, q+2kv].
+
+    Writes the rows' keys and values into the cache; returns the context rows [N, heads*head_dim].
+    `batch.prepare` must have been called for this cache.
+    """
+    n_heads, n_kv, d = cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim
+    group = n_heads // n_kv
+    n_rows = batch.n_tokens
+    n_slots, q_rows, key_len = len(batch.segments), batch.n_rows_padded, batch.key_len
+    qk = qkv[:, :cfg.q_size + cfg.kv_size].reshape(n_rows, n_heads + n_kv, d)
+    v = qkv[:, cfg.q_size + cfg.kv_size:].reshape(n_rows * n_kv, d)
+    if cfg.qk_norm:
+        qk = torch.cat([rms_norm(qk[:, :n_heads], attn.q_norm.weight, cfg.rms_norm_eps),
+                        rms_norm(qk[:, n_heads:], attn.k_norm.weight, cfg.rms_norm_eps)], dim=1)
+    qk = apply_rope(qk, cos, sin)
+    q, k = qk[:, :n_heads], qk[:, n_heads:].reshape(n_rows * n_kv, d)
+    k_cache = cache.k[layer_id]
+    v_cache = cache.v[layer_id]
+    cache_index = batch.extra["cache_index"]
+    k_cache.view(-1, d).index_copy_(0, cache_index, k)
+    v_cache.view(-1, d).index_copy_(0, cache_index, v)
+    keys = k_cache[batch.slot_select, :, :key_len]
+    values = v_cache[batch.slot_select, :, :key_len]
+    if batch.pad_index is None:
+        q_pad = q
+    else:
+        q_pad = q.new_zeros(n_slots * q_rows, n_heads, d).index_copy_(0, batch.pad_index, q)
+    # [S, Q, kv, group, d] -> [S, kv, group*Q, d]: queries of one kv head share its keys
+    q_pad = (q_pad * d ** -0.5).view(n_slots, q_rows, n_kv, group, d).permute(0, 2, 3, 1, 4)
+    q_pad = q_pad.reshape(n_slots, n_kv, group * q_rows, d)
+    scores = torch.matmul(q_pad, keys.transpose(-1, -2)).view(n_slots, n_kv, group, q_rows, key_len)
+    scores = scores.float().masked_fill(~batch.attn_mask, float("-inf"))
+    probs = torch.softmax(scores, dim=-1).to(values.dtype).view(n_slots, n_kv, group * q_rows, key_len)
+    ctx = torch.matmul(probs, values).view(n_slots, n_kv, group, q_rows, d)
+    ctx = ctx.permute(0, 3, 1, 2, 4).reshape(n_slots * q_rows, n_heads * d)
+    if batch.pad_index is not None:
+        ctx = ctx.index_select(0, batch.pad_index)
+    return ctx
+
+
+def mlp_step(layer: "DecoderLayer", x: torch.Tensor, cfg: ModelConfig, act) -> torch.Tensor:
+    """x + MLP(post_attention_layernorm(x)) with the fused gate/up weight."""
+    fused = layer.fused
+    h = rms_norm(x, layer.post_attention_layernorm.weight, cfg.rms_norm_eps)
+    gate_up = linear(h, fused["gate_up_w"], fused.get("gate_up_b"))
+    gate, up = gate_up.split(cfg.intermediate_size, dim=-1)
+    return x + linear(act(gate) * up, layer.mlp.down_proj.weight, layer.mlp.down_proj.bias)
+
+
+def decoder_layer_step(layer: "DecoderLayer", x: torch.Tensor, cfg: ModelConfig, act, cos, sin,
+                       batch: StepBatch, cache: KVCache, layer_id: int) -> torch.Tensor:
+    """One pre-norm decoder layer over the batch's rows, reading and extending `cache` layer `layer_id`."""
+    attn, fused = layer.self_attn, layer.fused
+    h = rms_norm(x, layer.input_layernorm.weight, cfg.rms_norm_eps)
+    qkv = linear(h, fused["qkv_w"], fused.get("qkv_b"))
+    ctx = cached_attention(qkv, attn, cfg, cos, sin, batch, cache, layer_id)
+    x = x + linear(ctx, attn.o_proj.weight, attn.o_proj.bias)
+    return mlp_step(layer, x, cfg, act)
+
+
 @dataclass
 class ForwardOutput:
     logits: torch.Tensor | None                      # [n_out, V] float32
@@ -182,70 +259,18 @@ class CausalLM(nn.Module):
                        self.dtype, self.device)
 
     # ------------------------------------------------------------------ serving forward
-    def _rope_tables(self, batch: StepBatch):
-        if self.rope.rope_type != "dynamic":
-            return self.rope.gather(batch.positions)
-        cos, sin = [], []
-        for seg in batch.segments:
-            pos = batch.positions[seg.start:seg.start + seg.n_rows]
-            c, s = self.rope.gather(pos, seq_len=seg.pos0 + seg.n_rows)
-            cos.append(c)
-            sin.append(s)
-        return torch.cat(cos).to(self.dtype), torch.cat(sin).to(self.dtype)
-
     def forward_step(self, batch: StepBatch, cache: KVCache, taps=(), want_final_hidden: bool = False,
                      ) -> ForwardOutput:
         cfg = self.config
-        n_heads, n_kv, d = cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim
-        group = n_heads // n_kv
-        batch.prepare(n_kv, cache.capacity, group)
-        cos, sin = self._rope_tables(batch)
-        cos, sin = cos.to(self.dtype), sin.to(self.dtype)
-        n_rows = batch.n_tokens
-        n_slots, q_rows, key_len = len(batch.segments), batch.n_rows_padded, batch.key_len
-        cache_index = batch.extra["cache_index"]
-        scale = d ** -0.5
+        batch.prepare(cfg.num_key_value_heads, cache.capacity, cfg.num_attention_heads // cfg.num_key_value_heads)
+        cos, sin = rope_tables(self.rope, batch, self.dtype)
         out_taps: dict[int, torch.Tensor] = {}
 
         x = self.embed(batch.tokens)
         if -1 in taps:
             out_taps[-1] = x
         for layer_id, layer in enumerate(self.model.layers):
-            attn, fused = layer.self_attn, layer.fused
-            h = rms_norm(x, layer.input_layernorm.weight, cfg.rms_norm_eps)
-            qkv = linear(h, fused["qkv_w"], fused.get("qkv_b"))
-            qk = qkv[:, :cfg.q_size + cfg.kv_size].reshape(n_rows, n_heads + n_kv, d)
-            v = qkv[:, cfg.q_size + cfg.kv_size:].reshape(n_rows * n_kv, d)
-            if cfg.qk_norm:
-                qk = torch.cat([rms_norm(qk[:, :n_heads], attn.q_norm.weight, cfg.rms_norm_eps),
-                                rms_norm(qk[:, n_heads:], attn.k_norm.weight, cfg.rms_norm_eps)], dim=1)
-            qk = apply_rope(qk, cos, sin)
-            q, k = qk[:, :n_heads], qk[:, n_heads:].reshape(n_rows * n_kv, d)
-            k_cache = cache.k[layer_id]
-            v_cache = cache.v[layer_id]
-            k_cache.view(-1, d).index_copy_(0, cache_index, k)
-            v_cache.view(-1, d).index_copy_(0, cache_index, v)
-            keys = k_cache[batch.slot_select, :, :key_len]
-            values = v_cache[batch.slot_select, :, :key_len]
-            if batch.pad_index is None:
-                q_pad = q
-            else:
-                q_pad = q.new_zeros(n_slots * q_rows, n_heads, d).index_copy_(0, batch.pad_index, q)
-            # [S, Q, kv, group, d] -> [S, kv, group*Q, d]: queries of one kv head share its keys
-            q_pad = (q_pad * scale).view(n_slots, q_rows, n_kv, group, d).permute(0, 2, 3, 1, 4)
-            q_pad = q_pad.reshape(n_slots, n_kv, group * q_rows, d)
-            scores = torch.matmul(q_pad, keys.transpose(-1, -2)).view(n_slots, n_kv, group, q_rows, key_len)
-            scores = scores.float().masked_fill(~batch.attn_mask, float("-inf"))
-            probs = torch.softmax(scores, dim=-1).to(values.dtype).view(n_slots, n_kv, group * q_rows, key_len)
-            ctx = torch.matmul(probs, values).view(n_slots, n_kv, group, q_rows, d)
-            ctx = ctx.permute(0, 3, 1, 2, 4).reshape(n_slots * q_rows, n_heads * d)
-            if batch.pad_index is not None:
-                ctx = ctx.index_select(0, batch.pad_index)
-            x = x + linear(ctx, attn.o_proj.weight, attn.o_proj.bias)
-            h = rms_norm(x, layer.post_attention_layernorm.weight, cfg.rms_norm_eps)
-            gate_up = linear(h, fused["gate_up_w"], fused.get("gate_up_b"))
-            gate, up = gate_up.split(cfg.intermediate_size, dim=-1)
-            x = x + linear(self.act(gate) * up, layer.mlp.down_proj.weight, layer.mlp.down_proj.bias)
+            x = decoder_layer_step(layer, x, cfg, self.act, cos, sin, batch, cache, layer_id)
             if layer_id in taps:
                 out_taps[layer_id] = x
         for seg in batch.segments:
