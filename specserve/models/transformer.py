@@ -325,15 +325,20 @@ class CausalLM(nn.Module):
 
     def init_weights(self, std: float = 0.02, seed: int = 0) -> None:
         """Random initialisation for training from scratch (and for test checkpoints)."""
-        gen = torch.Generator().manual_seed(seed)
-        for name, param in self.named_parameters():
-            if name.endswith("norm.weight"):
-                nn.init.ones_(param)
-            elif name.endswith(".bias"):
-                nn.init.zeros_(param)
-            else:
-                with torch.no_grad():
-                    param.copy_(torch.randn(param.shape, generator=gen) * std)
+        init_weights(self, std, seed)
+
+
+def init_weights(module: nn.Module, std: float = 0.02, seed: int = 0) -> None:
+    """Norm weights 1, biases 0, everything else N(0, std^2), from a seeded generator."""
+    gen = torch.Generator().manual_seed(seed)
+    for name, param in module.named_parameters():
+        if any(part.endswith("norm") for part in name.split(".")[:-1]):
+            nn.init.ones_(param)
+        elif name.endswith(".bias"):
+            nn.init.zeros_(param)
+        else:
+            with torch.no_grad():
+                param.copy_(torch.randn(param.shape, generator=gen) * std)
 
 
 def check_vocab(model: CausalLM, token_id: int, what: str) -> None:

@@ -19,6 +19,9 @@ PRECEDENCE = [
 
 REGISTRY: dict[str, str | type] = {
     "ngram-simple": "ngram_simple:NgramSimple",
+    "draft-simple": "draft_simple:DraftSimple",
+    "draft-eagle3": "eagle3:Eagle3Proposer",
+    "draft-mtp": "mtp:MtpProposer",
 }
 
 
