@@ -136,3 +136,20 @@ def add_mtp(target_dir: Path, layout: str = "deepseek", seed: int = 5, std: floa
     raw["num_nextn_predict_layers"] = 1
     (target_dir / "config.json").write_text(json.dumps(raw))
     return head_tensors
+
+
+def perturbed_copy(src: Path, out: Path, noise: float, seed: int = 0, **config_overrides) -> Path:
+    """A copy of a model folder (tokenizer included) with Gaussian noise added to every weight:
+    a draft model that agrees with the target often but not always."""
+    import shutil
+    out = Path(out)
+    shutil.copytree(src, out)
+    gen = torch.Generator().manual_seed(seed)
+    state = load_file(str(out / "model.safetensors"))
+    state = {k: (v + noise * torch.randn(v.shape, generator=gen)).contiguous() for k, v in state.items()}
+    save_file(state, str(out / "model.safetensors"), metadata={"format": "pt"})
+    if config_overrides:
+        raw = json.loads((out / "config.json").read_text())
+        raw.update(config_overrides)
+        (out / "config.json").write_text(json.dumps(raw))
+    return out
