@@ -25,7 +25,7 @@ BUNDLED_MODEL = BUNDLED_DIR / "stdlib-coder"
 
 def load_engine(model: str | Path | None = None, draft_model: str | Path | None = None,
                 spec_type: str | list[str] | None = "none", n_parallel: int = 1, ctx_size: int = 0,
-                n_batch: int = 512, dtype: str = "float32", threads: int = 0, **spec_options):
+                n_batch: int = 512, dtype: str = "auto", threads: int = 0, **spec_options):
     """(engine, tokenizer) for a model folder, with the requested speculative types."""
     if threads and threads > 0:
         torch.set_num_threads(threads)

@@ -23,7 +23,9 @@ MODEL_OPTIONS = [
            env="LLAMA_ARG_N_PARALLEL"),
     Option(("-b", "--batch-size"), "batch_size", int, 512, "most rows in one target forward (prompt chunking)",
            env="LLAMA_ARG_BATCH"),
-    Option(("--dtype",), "dtype", str, "float32", "weights and compute dtype: float32, bfloat16 or float16"),
+    Option(("--dtype",), "dtype", str, "auto",
+           "dtype of weights and linear layers: auto (the checkpoint's; float16 runs as float32), float32, "
+           "bfloat16 or float16; attention and the KV cache are always float32"),
     Option(("-t", "--threads"), "threads", int, 0, "CPU threads (0 = PyTorch's default)", env="LLAMA_ARG_THREADS"),
 ]
 

@@ -21,3 +21,10 @@ def tiny_qwen3(tmp_path_factory):
 @pytest.fixture(scope="session")
 def tiny_llama(tmp_path_factory):
     return write_model(tmp_path_factory.mktemp("llama"), "llama", seed=2, std=0.25)
+
+
+@pytest.fixture(scope="session")
+def tiny_qwen3_bf16(tmp_path_factory):
+    """The same kind of checkpoint stored in bfloat16: served with bfloat16 linear layers."""
+    return write_model(tmp_path_factory.mktemp("qwen3bf16"), "qwen3", seed=1, std=0.25, dtype=torch.bfloat16,
+                       torch_dtype="bfloat16")

@@ -35,9 +35,10 @@ def _greedy(max_tokens=48):
     return SamplingParams(temperature=0, max_tokens=max_tokens, ignore_eos=True)
 
 
-def test_batch_invariant_logits(tiny_qwen3):
+@pytest.mark.parametrize("checkpoint", ["tiny_qwen3", "tiny_qwen3_bf16"])
+def test_batch_invariant_logits(checkpoint, request):
     """A slot's logits are bit-identical whether it runs alone or beside other slots."""
-    model = CausalLM.from_pretrained(tiny_qwen3)
+    model = CausalLM.from_pretrained(request.getfixturevalue(checkpoint))
     rows_a = torch.arange(10, 47)
     alone = model.forward_step(StepBatch.build([(0, rows_a, 0)], list(range(37))), model.new_cache(3, 512))
     for others in ([(1, torch.arange(3, 5), 0)], [(1, torch.arange(1, 200), 0), (2, torch.tensor([4]), 0)]):
@@ -55,8 +56,11 @@ def test_batch_invariant_logits(tiny_qwen3):
     assert torch.equal(one.logits[0], five.logits[0])
 
 
-@pytest.mark.parametrize("spec_type", ["ngram-simple", "test-oracle", "ngram-simple,test-oracle"])
-def test_greedy_identical_with_and_without_speculation(tiny_qwen3, oracle, spec_type):
+@pytest.mark.parametrize("spec_type,checkpoint", [("ngram-simple", "tiny_qwen3"), ("test-oracle", "tiny_qwen3"),
+                                                  ("ngram-simple,test-oracle", "tiny_qwen3"),
+                                                  ("test-oracle", "tiny_qwen3_bf16")])
+def test_greedy_identical_with_and_without_speculation(oracle, spec_type, checkpoint, request):
+    tiny_qwen3 = request.getfixturevalue(checkpoint)
     reference = [o.token_ids for o in LLM(tiny_qwen3).generate(PROMPTS, _greedy())]
     assert any(len(set(r)) < len(r) / 2 for r in reference), "test model should loop so n-grams match"
     for n_parallel in (1, 3, 8):

@@ -114,13 +114,13 @@ class Eagle3Draft(DraftHead):
         cfg = self.config
         cos, sin = self.begin_step(batch, cache)
         z, residual = self.layer0_inputs(F.embedding(batch.tokens, self.embedding_weight), hidden.to(self.dtype))
-        layer0 = self.layers[0]
-        qkv = linear(z, layer0.fused["qkv_w"], layer0.fused.get("qkv_b"))
-        ctx = cached_attention(qkv, layer0.self_attn, cfg, cos, sin, batch, cache, 0)
-        x = residual + linear(ctx, layer0.self_attn.o_proj.weight, layer0.self_attn.o_proj.bias)
-        x = mlp_step(layer0, x, cfg, self.act)
-        for layer_id in range(1, len(self.layers)):
-            x = decoder_layer_step(self.layers[layer_id], x, cfg, self.act, cos, sin, batch, cache, layer_id)
+        w0 = self.serving[0]
+        qkv = linear(z, w0.qkv_w, w0.qkv_b).float()
+        ctx = cached_attention(qkv, w0.qk_norm, cfg, cos, sin, batch, cache, 0)
+        x = residual + linear(ctx.to(residual.dtype), w0.o_w, w0.o_b)
+        x = mlp_step(w0, x, cfg, self.act)
+        for layer_id in range(1, len(self.serving)):
+            x = decoder_layer_step(self.serving[layer_id], x, cfg, self.act, cos, sin, batch, cache, layer_id)
         self.end_step(batch, cache)
         if not batch.output_rows.numel():
             return None, None

@@ -58,7 +58,7 @@ class MtpHead(DraftHead):
     def forward_step(self, batch: StepBatch, hidden: torch.Tensor, cache: KVCache):
         cos, sin = self.begin_step(batch, cache)
         x = self.combine(F.embedding(batch.tokens, self.embedding), hidden.to(self.dtype), batch.positions)
-        x = decoder_layer_step(self.block, x, self.config, self.act, cos, sin, batch, cache, 0)
+        x = decoder_layer_step(self.serving[0], x, self.config, self.act, cos, sin, batch, cache, 0)
         self.end_step(batch, cache)
         if not batch.output_rows.numel():
             return None, None

@@ -35,10 +35,11 @@ ACTIVATIONS = {
 def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
     """F.linear whose per-row result does not depend on how many rows are in the batch.
 
-    BLAS picks a different kernel below MIN_ROWS rows; padding keeps every call on one path.
+    bfloat16 GEMMs are batch-invariant as they are. float32 BLAS picks a different kernel
+    below MIN_ROWS rows; padding keeps every float32 call on one path.
     """
     n = x.shape[0]
-    if n >= MIN_ROWS:
+    if n >= MIN_ROWS or x.dtype == torch.bfloat16:
         return F.linear(x, weight, bias)
     padded = torch.cat([x, x.new_zeros((MIN_ROWS - n,) + tuple(x.shape[1:]))])
     return F.linear(padded, weight, bias)[:n]
@@ -81,6 +82,22 @@ class MLP(nn.Module):
         self.down_proj = nn.Linear(cfg.intermediate_size, cfg.hidden_size, bias=cfg.mlp_bias)
 
 
+@dataclass
+class ServingWeights:
+    """One layer's weights as the serving forward uses them (fused, no module lookups)."""
+    input_norm: torch.Tensor
+    qkv_w: torch.Tensor
+    qkv_b: torch.Tensor | None
+    qk_norm: torch.Tensor | None          # [heads + kv_heads, head_dim]: q_norm rows then k_norm rows
+    o_w: torch.Tensor
+    o_b: torch.Tensor | None
+    post_norm: torch.Tensor
+    gate_up_w: torch.Tensor
+    gate_up_b: torch.Tensor | None
+    down_w: torch.Tensor
+    down_b: torch.Tensor | None
+
+
 class DecoderLayer(nn.Module):
     def __init__(self, cfg: ModelConfig):
         super().__init__()
@@ -88,100 +105,99 @@ class DecoderLayer(nn.Module):
         self.self_attn = Attention(cfg)
         self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         self.mlp = MLP(cfg)
-        self.fused: dict[str, torch.Tensor] = {}
 
-    def fuse(self) -> None:
+    def serving_weights(self, cfg: ModelConfig) -> ServingWeights:
         """Concatenate q/k/v and gate/up once; the separate parameters become views of them."""
         attn, mlp = self.self_attn, self.mlp
-        qkv = torch.cat([attn.q_proj.weight, attn.k_proj.weight, attn.v_proj.weight]).detach()
-        sizes = [attn.q_proj.out_features, attn.k_proj.out_features, attn.v_proj.out_features]
-        for proj, part in zip((attn.q_proj, attn.k_proj, attn.v_proj), qkv.split(sizes)):
-            proj.weight.data = part
-        self.fused["qkv_w"] = qkv
-        if attn.q_proj.bias is not None:
-            self.fused["qkv_b"] = torch.cat([attn.q_proj.bias, attn.k_proj.bias, attn.v_proj.bias]).detach()
-        gate_up = torch.cat([mlp.gate_proj.weight, mlp.up_proj.weight]).detach()
-        mlp.gate_proj.weight.data, mlp.up_proj.weight.data = gate_up.split(mlp.gate_proj.out_features)
-        self.fused["gate_up_w"] = gate_up
-        if mlp.gate_proj.bias is not None:
-            self.fused["gate_up_b"] = torch.cat([mlp.gate_proj.bias, mlp.up_proj.bias]).detach()
+
+        def fuse(projs):
+            weight = torch.cat([p.weight for p in projs]).detach()
+            for p, part in zip(projs, weight.split([p.out_features for p in projs])):
+                p.weight.data = part
+            bias = torch.cat([p.bias for p in projs]).detach() if projs[0].bias is not None else None
+            return weight, bias
+
+        qkv_w, qkv_b = fuse([attn.q_proj, attn.k_proj, attn.v_proj])
+        gate_up_w, gate_up_b = fuse([mlp.gate_proj, mlp.up_proj])
+        qk_norm = None
+        if cfg.qk_norm:
+            qk_norm = torch.cat([attn.q_norm.weight.detach().float().expand(cfg.num_attention_heads, -1),
+                                 attn.k_norm.weight.detach().float().expand(cfg.num_key_value_heads, -1)])
+        return ServingWeights(self.input_layernorm.weight.detach(), qkv_w, qkv_b, qk_norm,
+                              attn.o_proj.weight.detach(), _detach(attn.o_proj.bias),
+                              self.post_attention_layernorm.weight.detach(), gate_up_w, gate_up_b,
+                              mlp.down_proj.weight.detach(), _detach(mlp.down_proj.bias))
 
 
-def rope_tables(rope: RotaryEmbedding, batch: StepBatch, dtype: torch.dtype):
-    """cos/sin rows for the batch's positions (dynamic NTK scaling depends on each slot's length)."""
+def _detach(t):
+    return None if t is None else t.detach()
+
+
+def rope_tables(rope: RotaryEmbedding, batch: StepBatch):
+    """float32 cos/sin rows for the batch's positions (dynamic NTK scaling depends on each slot's length)."""
     if rope.rope_type != "dynamic":
-        cos, sin = rope.gather(batch.positions)
-    else:
-        cos, sin = [], []
-        for seg in batch.segments:
-            pos = batch.positions[seg.start:seg.start + seg.n_rows]
-            c, s = rope.gather(pos, seq_len=seg.pos0 + seg.n_rows)
-            cos.append(c)
-            sin.append(s)
-        cos, sin = torch.cat(cos), torch.cat(sin)
-    return cos.to(dtype), sin.to(dtype)
+        return rope.gather(batch.positions)
+    cos, sin = [], []
+    for seg in batch.segments:
+        pos = batch.positions[seg.start:seg.start + seg.n_rows]
+        c, s = rope.gather(pos, seq_len=seg.pos0 + seg.n_rows)
+        cos.append(c)
+        sin.append(s)
+    return torch.cat(cos), torch.cat(sin)
 
 
-def cached_attention(qkv: torch.Tensor, attn: Attention, cfg: ModelConfig, cos: torch.Tensor, sin: torch.Tensor,
-                     batch: StepBatch, cache: KVCache, layer_id: int) -> torch.Tensor:
-    """Attention of the batch's rows over one layer of a KV cache, given fused q/k/v rows [N, q+2kv].
+def cached_attention(qkv: torch.Tensor, qk_norm: torch.Tensor | None, cfg: ModelConfig, cos: torch.Tensor,
+                     sin: torch.Tensor, batch: StepBatch, cache: KVCache, layer_id: int) -> torch.Tensor:
+    """Attention of the batch's rows over layer `layer_id` of a KV cache, from float32 q/k/v rows [N, q+2kv].
 
-    Writes the rows' keys and values into the cache; returns the context rows [N, heads*head_dim].
-    `batch.prepare` must have been called for this cache.
+    Writes the rows' keys and values into the cache and returns the float32 context rows
+    [N, heads*head_dim]. `batch.prepare` must have been called for this cache.
     """
+    eps = cfg.rms_norm_eps
     n_heads, n_kv, d = cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim
     group = n_heads // n_kv
+    q_size, kv_size = cfg.q_size, cfg.kv_size
     n_rows = batch.n_tokens
     n_slots, q_rows, key_len = len(batch.segments), batch.n_rows_padded, batch.key_len
-    qk = qkv[:, :cfg.q_size + cfg.kv_size].reshape(n_rows, n_heads + n_kv, d)
-    v = qkv[:, cfg.q_size + cfg.kv_size:].reshape(n_rows * n_kv, d)
-    if cfg.qk_norm:
-        qk = torch.cat([rms_norm(qk[:, :n_heads], attn.q_norm.weight, cfg.rms_norm_eps),
-                        rms_norm(qk[:, n_heads:], attn.k_norm.weight, cfg.rms_norm_eps)], dim=1)
+    qk = qkv[:, :q_size + kv_size].reshape(n_rows, n_heads + n_kv, d)
+    if qk_norm is not None:
+        qk = F.rms_norm(qk, (d,), None, eps) * qk_norm
     qk = apply_rope(qk, cos, sin)
-    q, k = qk[:, :n_heads], qk[:, n_heads:].reshape(n_rows * n_kv, d)
-    k_cache = cache.k[layer_id]
-    v_cache = cache.v[layer_id]
+    k_cache, v_cache = cache.k[layer_id], cache.v[layer_id]
     cache_index = batch.extra["cache_index"]
-    k_cache.view(-1, d).index_copy_(0, cache_index, k)
-    v_cache.view(-1, d).index_copy_(0, cache_index, v)
+    k_cache.view(-1, d).index_copy_(0, cache_index, qk[:, n_heads:].reshape(n_rows * n_kv, d))
+    v_cache.view(-1, d).index_copy_(0, cache_index, qkv[:, q_size + kv_size:].reshape(n_rows * n_kv, d))
     keys = k_cache[batch.slot_select, :, :key_len]
     values = v_cache[batch.slot_select, :, :key_len]
-    if batch.pad_index is None:
-        q_pad = q
-    else:
-        q_pad = q.new_zeros(n_slots * q_rows, n_heads, d).index_copy_(0, batch.pad_index, q)
-    # [S, Q, kv, group, d] -> [S, kv, group*Q, d]: queries of one kv head share its keys
-    q_pad = (q_pad * d ** -0.5).view(n_slots, q_rows, n_kv, group, d).permute(0, 2, 3, 1, 4)
-    q_pad = q_pad.reshape(n_slots, n_kv, group * q_rows, d)
-    scores = torch.matmul(q_pad, keys.transpose(-1, -2)).view(n_slots, n_kv, group, q_rows, key_len)
-    scores = scores.float().masked_fill(~batch.attn_mask, float("-inf"))
-    probs = torch.softmax(scores, dim=-1).to(values.dtype).view(n_slots, n_kv, group * q_rows, key_len)
-    ctx = torch.matmul(probs, values).view(n_slots, n_kv, group, q_rows, d)
-    ctx = ctx.permute(0, 3, 1, 2, 4).reshape(n_slots * q_rows, n_heads * d)
+    q = qk[:, :n_heads] * d ** -0.5
+    if batch.pad_index is not None:
+        q = q.new_zeros(n_slots * q_rows, n_heads, d).index_copy_(0, batch.pad_index, q)
+    # [S, Q, kv, group, d] -> [S, kv, group*Q, d]: the queries of one kv head share its keys
+    q = q.view(n_slots, q_rows, n_kv, group, d).permute(0, 2, 3, 1, 4).reshape(n_slots, n_kv, group * q_rows, d)
+    scores = torch.matmul(q, keys.transpose(-1, -2)).view(n_slots, n_kv, group, q_rows, key_len)
+    probs = torch.softmax(scores.masked_fill_(~batch.attn_mask, float("-inf")), dim=-1)
+    ctx = torch.matmul(probs.view(n_slots, n_kv, group * q_rows, key_len), values)
+    ctx = ctx.view(n_slots, n_kv, group, q_rows, d).permute(0, 3, 1, 2, 4).reshape(n_slots * q_rows, n_heads * d)
     if batch.pad_index is not None:
         ctx = ctx.index_select(0, batch.pad_index)
     return ctx
 
 
-def mlp_step(layer: "DecoderLayer", x: torch.Tensor, cfg: ModelConfig, act) -> torch.Tensor:
-    """x + MLP(post_attention_layernorm(x)) with the fused gate/up weight."""
-    fused = layer.fused
-    h = rms_norm(x, layer.post_attention_layernorm.weight, cfg.rms_norm_eps)
-    gate_up = linear(h, fused["gate_up_w"], fused.get("gate_up_b"))
-    gate, up = gate_up.split(cfg.intermediate_size, dim=-1)
-    return x + linear(act(gate) * up, layer.mlp.down_proj.weight, layer.mlp.down_proj.bias)
+def mlp_step(w: ServingWeights, x: torch.Tensor, cfg: ModelConfig, act) -> torch.Tensor:
+    """x + MLP(post_attention_layernorm(x))."""
+    h = rms_norm(x, w.post_norm, cfg.rms_norm_eps)
+    gate, up = linear(h, w.gate_up_w, w.gate_up_b).split(cfg.intermediate_size, dim=-1)
+    return x + linear(act(gate) * up, w.down_w, w.down_b)
 
 
-def decoder_layer_step(layer: "DecoderLayer", x: torch.Tensor, cfg: ModelConfig, act, cos, sin,
-                       batch: StepBatch, cache: KVCache, layer_id: int) -> torch.Tensor:
+def decoder_layer_step(w: ServingWeights, x: torch.Tensor, cfg: ModelConfig, act, cos, sin, batch: StepBatch,
+                       cache: KVCache, layer_id: int) -> torch.Tensor:
     """One pre-norm decoder layer over the batch's rows, reading and extending `cache` layer `layer_id`."""
-    attn, fused = layer.self_attn, layer.fused
-    h = rms_norm(x, layer.input_layernorm.weight, cfg.rms_norm_eps)
-    qkv = linear(h, fused["qkv_w"], fused.get("qkv_b"))
-    ctx = cached_attention(qkv, attn, cfg, cos, sin, batch, cache, layer_id)
-    x = x + linear(ctx, attn.o_proj.weight, attn.o_proj.bias)
-    return mlp_step(layer, x, cfg, act)
+    h = rms_norm(x, w.input_norm, cfg.rms_norm_eps)
+    qkv = linear(h, w.qkv_w, w.qkv_b).float()
+    ctx = cached_attention(qkv, w.qk_norm, cfg, cos, sin, batch, cache, layer_id)
+    x = x + linear(ctx.to(x.dtype), w.o_w, w.o_b)
+    return mlp_step(w, x, cfg, act)
 
 
 @dataclass
@@ -207,13 +223,17 @@ class CausalLM(nn.Module):
         self.lm_head = None if cfg.tie_word_embeddings else nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False)
         self.act = ACTIVATIONS[cfg.hidden_act]
         self.rope: RotaryEmbedding | None = None
+        self.serving: list[ServingWeights] | None = None     # built by new_cache()
         self.model_dir: Path | None = None
 
     # ------------------------------------------------------------------ loading
     @classmethod
     def from_pretrained(cls, model_dir: str | Path, dtype=None, device=None) -> "CausalLM":
         cfg = load_config(model_dir)
-        dtype = parse_dtype(dtype, torch.float32)
+        if dtype is None or dtype == "auto":
+            # the checkpoint's dtype, except float16, which is slow on CPUs
+            dtype = torch.bfloat16 if str(cfg.torch_dtype) in ("bfloat16", "torch.bfloat16") else torch.float32
+        dtype = parse_dtype(dtype)
         checkpoint = Checkpoint(model_dir)
         with torch.device("meta"):
             model = cls(cfg)
@@ -248,42 +268,46 @@ class CausalLM(nn.Module):
         return linear(hidden_normed, self.lm_head_weight).float()
 
     def new_cache(self, n_slots: int, max_ctx: int) -> KVCache:
+        """A KV cache for the serving forward (float32: attention always runs in float32)."""
         cfg = self.config
         if self.rope is None or self.rope.cos.shape[0] < max_ctx:
             self.rope = RotaryEmbedding(cfg.head_dim, cfg.rope_theta, cfg.rope_scaling,
                                         cfg.max_position_embeddings, max(max_ctx, 64), self.device)
-        if not self.model.layers[0].fused:
-            for layer in self.model.layers:
-                layer.fuse()
+        if self.serving is None:
+            self.serving = [layer.serving_weights(cfg) for layer in self.model.layers]
         return KVCache(cfg.num_hidden_layers, n_slots, cfg.num_key_value_heads, max_ctx, cfg.head_dim,
-                       self.dtype, self.device)
+                       torch.float32, self.device)
 
     # ------------------------------------------------------------------ serving forward
     def forward_step(self, batch: StepBatch, cache: KVCache, taps=(), want_final_hidden: bool = False,
                      ) -> ForwardOutput:
+        """Rows of several slots through the model, reading and writing their cache.
+
+        Linear layers run in the model dtype; q/k/v, RoPE, the cache and attention in float32.
+        """
         cfg = self.config
+        eps = cfg.rms_norm_eps
         batch.prepare(cfg.num_key_value_heads, cache.capacity, cfg.num_attention_heads // cfg.num_key_value_heads)
-        cos, sin = rope_tables(self.rope, batch, self.dtype)
+        cos, sin = rope_tables(self.rope, batch)
         out_taps: dict[int, torch.Tensor] = {}
 
         x = self.embed(batch.tokens)
         if -1 in taps:
             out_taps[-1] = x
-        for layer_id, layer in enumerate(self.model.layers):
-            x = decoder_layer_step(layer, x, cfg, self.act, cos, sin, batch, cache, layer_id)
+        for layer_id, w in enumerate(self.serving):
+            x = decoder_layer_step(w, x, cfg, self.act, cos, sin, batch, cache, layer_id)
             if layer_id in taps:
                 out_taps[layer_id] = x
         for seg in batch.segments:
             cache.lengths[seg.slot] = seg.pos0 + seg.n_rows
-        logits = None
-        final = None
+        logits = final = None
         if want_final_hidden:
-            final = rms_norm(x, self.model.norm.weight, cfg.rms_norm_eps)
+            final = rms_norm(x, self.model.norm.weight, eps)
             if batch.output_rows.numel():
                 logits = self.logits(final.index_select(0, batch.output_rows))
         elif batch.output_rows.numel():
             rows = x.index_select(0, batch.output_rows)
-            logits = self.logits(rms_norm(rows, self.model.norm.weight, cfg.rms_norm_eps))
+            logits = self.logits(rms_norm(rows, self.model.norm.weight, eps))
         return ForwardOutput(logits, out_taps, final)
 
     # ------------------------------------------------------------------ training / scoring forward
