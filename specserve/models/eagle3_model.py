@@ -102,11 +102,16 @@ class Eagle3Draft(DraftHead):
         z = torch.cat([rms_norm(embedded, layer.input_layernorm.weight, eps), hidden_normed], dim=-1)
         return z, (hidden_normed if self.opts.norm_before_residual else hidden)
 
+    def normed_and_next(self, h: torch.Tensor):
+        """(norm(h) for the lm_head, the hidden fed to the next chained step)."""
+        normed = rms_norm(h, self.norm.weight, self.config.rms_norm_eps)
+        return normed, (normed if self.opts.norm_output else h)
+
     def output(self, h: torch.Tensor):
         """(logits [.., Vd] float32, hidden fed to the next step)."""
-        normed = rms_norm(h, self.norm.weight, self.config.rms_norm_eps)
+        normed, next_hidden = self.normed_and_next(h)
         logits = linear(normed.reshape(-1, normed.shape[-1]), self.lm_head_weight).float()
-        return logits.reshape(*h.shape[:-1], -1), (normed if self.opts.norm_output else h)
+        return logits.reshape(*h.shape[:-1], -1), next_hidden
 
     # ------------------------------------------------------------------ serving
     def forward_step(self, batch: StepBatch, hidden: torch.Tensor, cache: KVCache):

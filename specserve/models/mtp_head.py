@@ -48,11 +48,20 @@ class MtpHead(DraftHead):
         x = torch.cat([h, e] if self.hidden_first else [e, h], dim=-1)
         return linear(x.reshape(-1, x.shape[-1]), self.eh_proj.weight).reshape(*x.shape[:-1], -1)
 
+    @property
+    def lm_head_weight(self) -> torch.Tensor:
+        return self.head
+
+    def normed_and_next(self, h: torch.Tensor):
+        """(out_norm(h) for the head, the same post-norm hidden fed to the next chained step)."""
+        normed = rms_norm(h, self.out_norm.weight, self.config.rms_norm_eps)
+        return normed, normed
+
     def output(self, h: torch.Tensor):
         """(logits [.., V] float32, post-norm hidden fed back)."""
-        normed = rms_norm(h, self.out_norm.weight, self.config.rms_norm_eps)
+        normed, next_hidden = self.normed_and_next(h)
         logits = linear(normed.reshape(-1, normed.shape[-1]), self.head).float()
-        return logits.reshape(*h.shape[:-1], -1), normed
+        return logits.reshape(*h.shape[:-1], -1), next_hidden
 
     # ------------------------------------------------------------------ serving
     def forward_step(self, batch: StepBatch, hidden: torch.Tensor, cache: KVCache):
