@@ -106,3 +106,24 @@ def test_mtp_stays_in_sync(tmp_path, layout):
     add_mtp(target, layout, std=0.3)
     llm = LLM(target, spec_type="draft-mtp", n_parallel=3, n_batch=16, spec_draft_n_max=4)
     _check(llm, _recompute_hidden_head, SamplingParams(temperature=0, max_tokens=30, ignore_eos=True))
+
+
+def test_bfloat16_target_and_drafters_stay_in_sync(tmp_path):
+    """The bundled model is served in bfloat16: heads and draft models then run in bfloat16 too."""
+    target = write_model(tmp_path / "t", "qwen3", seed=4, std=0.25, num_hidden_layers=6, tokenizer=False,
+                         dtype=torch.bfloat16, torch_dtype="bfloat16")
+    draft = write_eagle3(tmp_path / "e", target, "specforge", std=0.3)
+    add_mtp(target, "deepseek", std=0.3)
+    params = SamplingParams(temperature=0, max_tokens=24, ignore_eos=True)
+    reference = [o.token_ids for o in LLM(target).generate(PROMPTS, params)]
+    for spec_type, recompute in (("draft-eagle3", _recompute_hidden_head), ("draft-mtp", _recompute_hidden_head),
+                                 ("draft-simple", _recompute_draft_simple)):
+        llm = LLM(target, spec_type=spec_type, draft_model=draft if spec_type == "draft-eagle3" else
+                  target if spec_type == "draft-simple" else None, n_parallel=3, n_batch=16, spec_draft_n_max=4)
+        assert llm.engine.target.dtype == torch.bfloat16
+        seen = _record_drafts(llm)
+        assert [o.token_ids for o in llm.generate(PROMPTS, params)] == reference
+        proposer = llm.engine.driver.proposers[0]
+        with torch.inference_mode():
+            for tokens, id_last, drafted in seen:
+                assert recompute(proposer, tokens, id_last, len(drafted)) == drafted, spec_type

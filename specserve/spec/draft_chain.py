@@ -65,12 +65,13 @@ StepFn = Callable[[StepBatch, "torch.Tensor | None"], "tuple[torch.Tensor | None
 def pick_tokens(logits: torch.Tensor, requests: list[DraftRequest], settings: DraftSettings,
                 id_map: torch.Tensor | None, vocab_size: int):
     """Top-10 pick per row. Returns (target token ids [S], top-1 probability [S], q rows or None per row)."""
+    logits = logits.float()
     k = min(TOP_K, logits.shape[-1])
-    values, ids = torch.topk(logits.float(), k, dim=-1)
+    values, ids = torch.topk(logits, k, dim=-1)
     probs = torch.softmax(values, dim=-1)
+    chosen = logits.argmax(dim=-1)            # the top-1; on ties the lowest id, unlike topk's order
     if id_map is not None:
-        ids = id_map[ids]
-    chosen = ids[:, 0].clone()
+        ids, chosen = id_map[ids], id_map[chosen]
     q_rows: list[torch.Tensor | None] = [None] * len(requests)
     if settings.sample:
         for i, req in enumerate(requests):
