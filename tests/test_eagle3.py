@@ -220,3 +220,17 @@ def test_greedy_identical_with_and_without_eagle3(tmp_path, target6, layout, kwa
             outs = llm.generate([PROMPTS[i] for i in order], params)
             assert [o.token_ids for o in outs] == [reference[i] for i in order]
         assert llm.engine.driver.stats_dict()["draft-eagle3"]["n_gen_tokens"] > 0
+
+
+def test_head_without_aux_features_reads_the_final_hidden_state(tmp_path, target6):
+    """use_aux_hidden_state: false (EAGLE-1-style input, e.g. NVIDIA short-context heads): no fc."""
+    d = write_eagle3(tmp_path / "d", target6, "specforge")
+    _rewrite(d, drop="fc.weight", config={"eagle_config": {"use_aux_hidden_state": False}})
+    head, taps = load_eagle3(d, CausalLM.from_pretrained(target6))
+    assert head.fc is None and taps == ()
+    params = SamplingParams(temperature=0, max_tokens=16, ignore_eos=True)
+    reference = [o.token_ids for o in LLM(target6).generate(PROMPTS, params)]
+    llm = LLM(target6, spec_type="draft-eagle3", draft_model=d, n_parallel=2)
+    assert llm.engine.driver.needs_final_hidden
+    assert [o.token_ids for o in llm.generate(PROMPTS, params)] == reference
+    assert llm.engine.driver.stats_dict()["draft-eagle3"]["n_gen_tokens"] > 0

@@ -35,7 +35,7 @@ def add_arguments(group) -> None:
                             "default: 1, N//2, N-1")
     group.add_argument("--draft-vocab", type=int, default=0,
                        help="eagle3: reduced draft vocabulary size (0 = half the target's)")
-    group.add_argument("--ttt-depth", type=int, default=4, help="eagle3/mtp: unrolled steps of training-time test")
+    group.add_argument("--ttt-depth", type=int, default=3, help="eagle3/mtp: unrolled steps of training-time test")
 
 
 def frequent_tokens(samples, vocab: int, n: int) -> torch.Tensor:
@@ -80,7 +80,7 @@ def train(job: DrafterJob) -> dict:
     used = frequent_tokens(job.train_samples, vocab, int(opts.get("draft_vocab") or vocab // 2))
     head = build_head(target, taps, used, job.seed)
     head.train()
-    depth = int(opts.get("ttt_depth", 4))
+    depth = int(opts.get("ttt_depth", 3))
     rope = RotaryEmbedding(head.config.head_dim, head.config.rope_theta, None,
                            head.config.max_position_embeddings, job.seq_len + depth + 1)
     sampler = WindowSampler(job.train_samples, job.seq_len, job.batch_size, job.seed)

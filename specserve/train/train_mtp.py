@@ -48,7 +48,7 @@ def train(job: DrafterJob) -> dict:
     target = load_frozen_target(job.target_dir)
     head = build_head(target, job.seed)
     head.train()
-    depth = int(opts.get("ttt_depth", 4))
+    depth = int(opts.get("ttt_depth", 3))
     cfg = head.config
     rope = RotaryEmbedding(cfg.head_dim, cfg.rope_theta, cfg.rope_scaling, cfg.max_position_embeddings,
                            job.seq_len + depth + 1)
