@@ -126,3 +126,13 @@ def test_trainer_writes_a_servable_drafter(tmp_path, target4, regen_samples, met
     assert [o.token_ids for o in llm.generate(prompts, params)] == reference
     if method == "mtp":
         assert load_mtp_head(CausalLM.from_pretrained(target4), out).hidden_first is False
+
+
+def test_schedule_follows_steps_or_the_time_budget():
+    from specserve.train.draft_loop import lr_at
+    s = LoopSettings(steps=100, lr=1.0, warmup=10)
+    assert lr_at(s, 0) == pytest.approx(0.1) and lr_at(s, 10) == pytest.approx(1.0)
+    assert lr_at(s, 99) == pytest.approx(0.1, abs=1e-3)
+    timed = LoopSettings(steps=100, lr=1.0, warmup=10, max_minutes=1.0)
+    assert lr_at(timed, 20, elapsed_s=0.0) == pytest.approx(lr_at(s, 20))
+    assert lr_at(timed, 20, elapsed_s=60.0) == pytest.approx(0.1)       # the time budget is spent

@@ -38,7 +38,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--data", required=True, help="regenerated data file (specserve.train.regen_data)")
     parser.add_argument("--out", required=True, help="output folder for the drafter")
     parser.add_argument("--steps", type=int, default=1500, help="optimiser steps (fixes the LR schedule)")
-    parser.add_argument("--max-minutes", type=float, default=0.0, help="stop early after this many minutes (0 = no cap)")
+    parser.add_argument("--max-minutes", type=float, default=0.0,
+                        help="wall-clock budget: the schedule also follows elapsed time and the run ends when it "
+                             "is spent (0 = steps only)")
     parser.add_argument("--lr", type=float, default=1e-3, help="peak learning rate")
     parser.add_argument("--warmup", type=int, default=50, help="warmup steps")
     parser.add_argument("--batch-size", type=int, default=8, help="windows per step")

@@ -1,6 +1,10 @@
-"""The optimisation loop the drafter trainers share: AdamW, linear warmup then cosine decay over
-a fixed number of steps (so a command gives the same schedule on any machine), gradient
-clipping, an optional wall-clock cap, and one progress line every few steps."""
+"""The optimisation loop the drafter trainers share: AdamW, linear warmup then cosine decay,
+gradient clipping and one progress line every few steps.
+
+The schedule runs over `steps`; with a wall-clock cap (`max_minutes`) its progress is the
+larger of the step fraction and the time fraction, so a run on a busy machine still decays
+its learning rate fully and ends on time (on an idle machine the step count decides, and a
+command gives the same schedule everywhere)."""
 from __future__ import annotations
 
 import math
@@ -22,11 +26,20 @@ class LoopSettings:
     log_every: int = 25
 
 
-def lr_at(settings: LoopSettings, step: int) -> float:
+def progress(settings: LoopSettings, step: int, elapsed_s: float) -> float:
+    """Fraction of the run done: by steps, or by wall-clock time when that is further along."""
+    frac = step / max(settings.steps, 1)
+    if settings.max_minutes:
+        frac = max(frac, elapsed_s / (settings.max_minutes * 60))
+    return min(frac, 1.0)
+
+
+def lr_at(settings: LoopSettings, step: int, elapsed_s: float = 0.0) -> float:
     if step < settings.warmup:
         return settings.lr * (step + 1) / settings.warmup
-    frac = (step - settings.warmup) / max(settings.steps - settings.warmup, 1)
-    return settings.lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(frac, 1.0))))
+    warm = settings.warmup / max(settings.steps, 1)
+    frac = (progress(settings, step, elapsed_s) - warm) / max(1 - warm, 1e-9)
+    return settings.lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(max(frac, 0.0), 1.0))))
 
 
 def optimize(params: list[torch.nn.Parameter], step_fn: Callable[[int], dict], settings: LoopSettings,
@@ -40,8 +53,9 @@ def optimize(params: list[torch.nn.Parameter], step_fn: Callable[[int], dict], s
     last: dict = {}
     step = 0
     for step in range(settings.steps):
+        lr = lr_at(settings, step, time.perf_counter() - t0)
         for group in optimizer.param_groups:
-            group["lr"] = lr_at(settings, step)
+            group["lr"] = lr
         out = step_fn(step)
         loss = out.pop("loss")
         optimizer.zero_grad(set_to_none=True)
@@ -56,10 +70,10 @@ def optimize(params: list[torch.nn.Parameter], step_fn: Callable[[int], dict], s
         if (step + 1) % settings.log_every == 0 or step + 1 == settings.steps:
             last = {k: v / count for k, v in sums.items()}
             metrics = " ".join(f"{k} {v:.4f}" for k, v in last.items())
-            log(f"step {step + 1:5d}/{settings.steps} lr {lr_at(settings, step):.2e} {metrics} "
+            log(f"step {step + 1:5d}/{settings.steps} lr {lr:.2e} {metrics} "
                 f"elapsed {elapsed / 60:.1f} min")
             sums, count = {}, 0
-        if settings.max_minutes and elapsed > settings.max_minutes * 60:
-            log(f"stopping at step {step + 1}: the {settings.max_minutes:g}-minute cap was reached")
+        if settings.max_minutes and elapsed >= settings.max_minutes * 60:
+            log(f"stopping at step {step + 1}: the {settings.max_minutes:g}-minute budget is spent")
             break
     return {"steps": step + 1, "minutes": (time.perf_counter() - t0) / 60, "final_metrics": last}
