@@ -12,6 +12,7 @@ COMMANDS = {
     "generate": ("specserve.commands.generate", "generate text from a prompt (llama.cpp-style options)"),
     "demo": ("specserve.commands.demo", "baseline vs speculative generation on the bundled model"),
     "train-draft": ("specserve.commands.train_draft", "train a drafter (draft model, EAGLE-3, MTP) for a target"),
+    "lookup": ("specserve.commands.lookup", "n-gram cache files for ngram-cache: create, merge, stats"),
 }
 
 

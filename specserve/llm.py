@@ -15,7 +15,7 @@ from .models.transformer import CausalLM
 from .options import default_spec_options
 from .sampling import SamplingParams
 from .spec.base import ProposerContext
-from .spec.registry import build_driver, parse_spec_types
+from .spec.registry import build_driver, resolve_spec_types
 
 log = logging.getLogger("specserve")
 
@@ -37,7 +37,7 @@ def load_engine(model: str | Path | None = None, draft_model: str | Path | None 
     options.update(spec_options)
     if draft_model is not None:
         options["spec_draft_model"] = str(draft_model)
-    types = parse_spec_types(spec_type)
+    types = resolve_spec_types(spec_type, bool(options.get("spec_default")))
     target = CausalLM.from_pretrained(model_dir, dtype=dtype)
     # a folder without tokenizer.json still serves token-id prompts
     tokenizer = Tokenizer(model_dir) if (model_dir / "tokenizer.json").is_file() else None

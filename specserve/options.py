@@ -43,6 +43,8 @@ SAMPLING_OPTIONS = [
 SPEC_OPTIONS = [
     Option(("--spec-type",), "spec_type", str, "none",
            "comma-separated speculative types (see the README for the list); 'none' disables"),
+    Option(("--spec-default",), "spec_default", bool, False,
+           "when --spec-type is none or not given, use ngram-mod (n-match 24, n-min 48, n-max 64)"),
     Option(("-md", "--spec-draft-model", "--model-draft"), "spec_draft_model", str, None,
            "draft model folder for the draft-* types", env="LLAMA_ARG_SPEC_DRAFT_MODEL"),
     Option(("--spec-draft-n-max",), "spec_draft_n_max", int, 3, "most tokens to draft per step (draft-* types)"),

@@ -40,7 +40,8 @@ def test_json_output_and_environment_variables(tiny_qwen3):
 
 def test_clear_errors(tiny_qwen3, tmp_path):
     r = run("generate", "-m", str(tiny_qwen3), "-p", "x", "--spec-type", "draft-magic")
-    assert r.returncode == 1 and "unknown spec type(s) 'draft-magic'; valid types: none, ngram-simple" in r.stderr
+    assert r.returncode == 1 and ("unknown spec type(s) 'draft-magic'; valid types: none, ngram-simple, "
+                                  "ngram-map-k, ngram-map-k4v, ngram-mod, ngram-cache") in r.stderr
     r = run("generate", "-m", str(tmp_path / "missing"), "-p", "x")
     assert r.returncode == 1 and "model directory not found" in r.stderr
     r = run("generate", "-m", str(tiny_qwen3), "-p", "x", "--no-such-flag")

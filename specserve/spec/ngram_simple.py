@@ -9,21 +9,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..errors import OptionError
 from .base import Draft, DraftRequest, Option, Proposer
-
-
-def find_last_ngram(tokens: np.ndarray, pattern: np.ndarray, last_start: int) -> int:
-    """Largest j in [1, last_start] with tokens[j:j+n] == pattern, or 0 if none."""
-    n = len(pattern)
-    if last_start < 1:
-        return 0
-    region = tokens[1:last_start + n]
-    candidates = np.flatnonzero(region[:last_start] == pattern[0])
-    for offset in range(1, n):
-        if not len(candidates):
-            return 0
-        candidates = candidates[region[candidates + offset] == pattern[offset]]
-    return int(candidates[-1]) + 1 if len(candidates) else 0
+from .ngram_search import find_last_ngram
 
 
 def ngram_simple_draft(tokens: np.ndarray, id_last: int, n: int, m: int) -> list[int]:
@@ -56,7 +44,6 @@ class NgramSimple(Proposer):
         self.n = int(ctx.options.get("spec_ngram_simple_size_n", 12))
         self.m = int(ctx.options.get("spec_ngram_simple_size_m", 48))
         if self.n < 1 or self.m < 1:
-            from ..errors import OptionError
             raise OptionError("--spec-ngram-simple-size-n and --spec-ngram-simple-size-m must be >= 1")
 
     def draft(self, requests: list[DraftRequest]) -> dict[int, Draft]:

@@ -19,6 +19,10 @@ PRECEDENCE = [
 
 REGISTRY: dict[str, str | type] = {
     "ngram-simple": "ngram_simple:NgramSimple",
+    "ngram-map-k": "ngram_map:NgramMapK",
+    "ngram-map-k4v": "ngram_map:NgramMapK4v",
+    "ngram-mod": "ngram_mod:NgramMod",
+    "ngram-cache": "ngram_cache:NgramCacheProposer",
     "draft-simple": "draft_simple:DraftSimple",
     "draft-eagle3": "eagle3:Eagle3Proposer",
     "draft-mtp": "mtp:MtpProposer",
@@ -55,6 +59,15 @@ def parse_spec_types(value: str | list[str] | None) -> list[str]:
     if "none" in names:
         return []
     return _in_order(list(dict.fromkeys(names)))
+
+
+DEFAULT_SPEC_TYPE = "ngram-mod"      # what --spec-default enables (llama.cpp #22223)
+
+
+def resolve_spec_types(value: str | list[str] | None, spec_default: bool = False) -> list[str]:
+    """parse_spec_types, plus --spec-default: ngram-mod when no type is given (or 'none')."""
+    types = parse_spec_types(value)
+    return [DEFAULT_SPEC_TYPE] if spec_default and not types else types
 
 
 def all_options() -> list[Option]:
