@@ -1,0 +1,1 @@
+"""Training pipeline for the bundled tiny model (see specserve/bundled/stdlib-coder/README.md)."""

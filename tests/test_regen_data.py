@@ -1,0 +1,27 @@
+"""The shared drafter training data: target-regenerated continuations of stdlib prompts."""
+import numpy as np
+
+from specserve import LLM, SamplingParams
+from specserve.train.regen_data import build_regen_dataset, load_regen_dataset, regen_metadata
+
+
+def test_regenerated_data_is_deterministic_and_cached(tiny_qwen3, tmp_path):
+    settings = dict(n_samples=6, new_tokens=10, prompt_tokens_min=8, prompt_tokens_max=20, seed=3)
+    first = build_regen_dataset(tiny_qwen3, tmp_path / "a.npz", n_parallel=3, progress=False, **settings)
+    second = build_regen_dataset(tiny_qwen3, tmp_path / "b.npz", n_parallel=1, progress=False, **settings)
+    assert len(first) == 6
+    for a, b in zip(first, second):
+        assert a.n_prompt == b.n_prompt and np.array_equal(a.tokens, b.tokens)
+        assert 8 <= a.n_prompt <= 20 and len(a.tokens) - a.n_prompt <= 10
+    # greedy samples are exactly the target's greedy continuation of their prompt
+    llm = LLM(tiny_qwen3)
+    greedy = [s for s in first if len(s.tokens) - s.n_prompt == 10]
+    outs = llm.generate([s.tokens[:s.n_prompt].tolist() for s in greedy], SamplingParams(temperature=0, max_tokens=10))
+    assert any(o.token_ids == s.tokens[s.n_prompt:].tolist() for o, s in zip(outs, greedy))
+    # a second call with the same settings reuses the file
+    meta = regen_metadata(tmp_path / "a.npz")
+    (tmp_path / "a.npz").touch()
+    again = build_regen_dataset(tiny_qwen3, tmp_path / "a.npz", progress=False, **settings)
+    assert regen_metadata(tmp_path / "a.npz") == meta
+    assert all(np.array_equal(x.tokens, y.tokens) for x, y in zip(again, load_regen_dataset(tmp_path / "a.npz")))
+
