@@ -84,7 +84,7 @@ def train(job: DrafterJob) -> dict:
     summary["acceptance"] = measure_acceptance(job.target_dir, "draft-simple", job.out_dir,
                                                eval_prompts(job.eval_samples))
     log(f"draft-simple: measured tau {summary['acceptance']['tau']:.2f}")
-    write_card(job.out_dir, "stdlib-coder-draft",
+    write_card(job.out_dir, job.out_dir.name,
                "A small draft model for `--spec-type draft-simple`, distilled from the target it ships "
                "next to. Same architecture family and tokenizer as the target, fewer layers.",
                [("architecture", f"`{raw['architectures'][0]}`, {raw['num_hidden_layers']} layers, hidden "

@@ -105,7 +105,7 @@ def train(job: DrafterJob) -> dict:
                                                eval_prompts(job.eval_samples))
     summary["taps"] = list(taps)
     log(f"eagle3: measured tau {summary['acceptance']['tau']:.2f}")
-    write_card(job.out_dir, "stdlib-coder-eagle3",
+    write_card(job.out_dir, job.out_dir.name,
                "An EAGLE-3 draft head for `--spec-type draft-eagle3`, trained with training-time test on the "
                "target's own hidden states. Saved in the SpecForge layout that SGLang, vLLM and llama.cpp's "
                "converter also read.",

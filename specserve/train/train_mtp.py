@@ -72,7 +72,7 @@ def train(job: DrafterJob) -> dict:
                                                eval_prompts(job.eval_samples))
     log(f"mtp: measured tau {summary['acceptance']['tau']:.2f}")
     n = cfg.num_hidden_layers
-    write_card(job.out_dir, "stdlib-coder-mtp",
+    write_card(job.out_dir, job.out_dir.name,
                "A multi-token-prediction head for `--spec-type draft-mtp`, trained for the target it ships next "
                "to. This folder holds only the head: draft-mtp reads it with `-md` and takes everything it lacks "
                "(embedding, lm_head) from the target checkpoint, exactly as if the tensors were inside it.",
