@@ -1,5 +1,6 @@
 """Drafter training: the training-time-test forward computes exactly what the served head computes
 for chained drafts, and each trainer produces a folder that loads and drafts through the engine."""
+import json
 from dataclasses import dataclass
 
 import numpy as np
@@ -136,3 +137,22 @@ def test_schedule_follows_steps_or_the_time_budget():
     timed = LoopSettings(steps=100, lr=1.0, warmup=10, max_minutes=1.0)
     assert lr_at(timed, 20, elapsed_s=0.0) == pytest.approx(lr_at(s, 20))
     assert lr_at(timed, 20, elapsed_s=60.0) == pytest.approx(0.1)       # the time budget is spent
+
+
+def test_train_draft_command(tiny_qwen3, tmp_path, capsys):
+    from specserve.cli import main
+    from specserve.train.regen_data import build_regen_dataset
+    data = tmp_path / "regen.npz"
+    build_regen_dataset(tiny_qwen3, data, n_parallel=4, progress=False, n_samples=24, new_tokens=24,
+                        prompt_tokens_min=8, prompt_tokens_max=24)
+    out = tmp_path / "eagle3"
+    assert main(["train-draft", "--method", "eagle3", "--target", str(tiny_qwen3), "--data", str(data),
+                 "--out", str(out), "--steps", "8", "--batch-size", "2", "--seq-len", "48", "--eval-samples", "4",
+                 "--eagle3-layers", "0,1,1", "--draft-vocab", "160"]) == 0
+    summary = json.loads((out / "training_summary.json").read_text())
+    assert summary["steps"] == 8 and summary["taps"] == [0, 1, 1]
+    assert json.loads((out / "config.json").read_text())["draft_vocab_size"] == 160
+    assert "specserve train-draft" in (out / "README.md").read_text()
+    assert main(["train-draft", "--method", "mtp", "--target", str(tiny_qwen3), "--data", str(tmp_path / "none.npz"),
+                 "--out", str(tmp_path / "x")]) == 1
+    assert "data file not found" in capsys.readouterr().err
