@@ -76,6 +76,13 @@ def measure_acceptance(target_dir: Path, spec_type: str, draft_dir: Path | None,
             "generated_tokens": sum(len(o.token_ids) for o in outs)}
 
 
+def usage(job: DrafterJob, spec_type: str) -> str:
+    """The generate command that serves the trained drafter (no -m for the bundled target)."""
+    from ..llm import BUNDLED_MODEL
+    model = "" if job.target_dir.resolve() == BUNDLED_MODEL.resolve() else f"-m {job.target_dir} "
+    return f"specserve generate {model}-md {job.out_dir} --spec-type {spec_type} -p 'def fibonacci(n):'"
+
+
 def eval_prompts(samples, limit: int = 16, max_len: int = 384) -> list[list[int]]:
     return [list(map(int, s.tokens[:s.n_prompt][-max_len:])) for s in samples[:limit] if s.n_prompt > 0]
 

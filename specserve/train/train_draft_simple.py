@@ -17,7 +17,7 @@ from ..models.config import config_from_dict
 from ..models.transformer import CausalLM
 from .draft_loop import optimize
 from .draft_windows import WindowSampler
-from .drafter_common import (DrafterJob, copy_tokenizer, eval_prompts, load_frozen_target, measure_acceptance,
+from .drafter_common import (DrafterJob, usage, copy_tokenizer, eval_prompts, load_frozen_target, measure_acceptance,
                              soft_cross_entropy, target_distribution, write_card)
 
 HELP = "a small distilled draft model for --spec-type draft-simple (-md DIR)"
@@ -94,8 +94,7 @@ def train(job: DrafterJob) -> dict:
                                    f"{opts.get('init_layers', 'first,last')}"),
                 ("loss", "soft cross-entropy to the target's next-token distribution on the regenerated part"),
                 ("weights", "bfloat16 safetensors")],
-               job, summary, f"specserve generate -m {job.target_dir} -md {job.out_dir} --spec-type draft-simple "
-                             "-p 'def fibonacci(n):'")
+               job, summary, usage(job, "draft-simple"))
     return summary
 
 

@@ -22,7 +22,7 @@ from ..models.rope import RotaryEmbedding
 from ..models.transformer import init_weights
 from .draft_loop import optimize
 from .draft_windows import WindowSampler
-from .drafter_common import (DrafterJob, copy_tokenizer, eval_prompts, load_frozen_target, measure_acceptance,
+from .drafter_common import (DrafterJob, usage, eval_prompts, load_frozen_target, measure_acceptance,
                              target_distribution, write_card)
 from .ttt import eagle3_step, unrolled_loss
 
@@ -117,8 +117,7 @@ def train(job: DrafterJob) -> dict:
                                "mapped with `d2t`; the target's embedding is shared"),
                 ("training-time test", f"{depth} unrolled steps, loss weights 0.8^step"),
                 ("weights", "bfloat16 safetensors")],
-               job, summary, f"specserve generate -m {job.target_dir} -md {job.out_dir} --spec-type draft-eagle3 "
-                             "-p 'def fibonacci(n):'")
+               job, summary, usage(job, "draft-eagle3"))
     return summary
 
 
@@ -131,4 +130,3 @@ def save(head: Eagle3Draft, taps, n_target_layers: int, job: DrafterJob) -> None
     tensors["t2d"] = t2d
     save_file(tensors, str(out / "model.safetensors"), metadata={"format": "pt"})
     (out / "config.json").write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
-    copy_tokenizer(job.target_dir, out)

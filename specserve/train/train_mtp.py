@@ -17,7 +17,7 @@ from ..models.rope import RotaryEmbedding
 from ..models.transformer import init_weights
 from .draft_loop import optimize
 from .draft_windows import WindowSampler
-from .drafter_common import (DrafterJob, eval_prompts, load_frozen_target, measure_acceptance,
+from .drafter_common import (DrafterJob, usage, eval_prompts, load_frozen_target, measure_acceptance,
                              target_distribution, write_card)
 from .ttt import mtp_step, unrolled_loss
 
@@ -83,6 +83,5 @@ def train(job: DrafterJob) -> dict:
                 ("chaining", "the same head for every draft step, fed its own post-norm output"),
                 ("training-time test", f"{depth} unrolled steps, loss weights 0.8^step"),
                 ("weights", "bfloat16 safetensors")],
-               job, summary, f"specserve generate -m {job.target_dir} -md {job.out_dir} --spec-type draft-mtp "
-                             "-p 'def fibonacci(n):'")
+               job, summary, usage(job, "draft-mtp"))
     return summary
