@@ -8,6 +8,7 @@ Proposers declare their own options (spec/base.py Option); they are added here t
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 
 from .errors import OptionError
@@ -61,7 +62,8 @@ def env_names(opt: Option) -> list[str]:
     long_flag = next((f for f in opt.flags if f.startswith("--")), opt.flags[0])
     derived = long_flag.lstrip("-").upper().replace("-", "_")
     llama = opt.env or f"LLAMA_ARG_{derived}"
-    return [llama, "SPECSERVE_" + llama[len("LLAMA_ARG_"):]]
+    own = llama[len("LLAMA_ARG_"):] if llama.startswith("LLAMA_ARG_") else derived
+    return [llama, "SPECSERVE_" + own]
 
 
 def _convert(opt: Option, raw: str, source: str):
@@ -77,9 +79,13 @@ def _convert(opt: Option, raw: str, source: str):
         raise OptionError(f"{source}: expected {opt.type.__name__}, got {raw!r}") from None
 
 
-def add_options(parser: argparse.ArgumentParser, options: list[Option], title: str) -> None:
+def add_options(parser: argparse.ArgumentParser, options: list[Option], title: str,
+                defaults: dict | None = None) -> None:
+    """defaults: per-command overrides of option defaults, by dest name."""
     group = parser.add_argument_group(title)
     for opt in options:
+        if defaults and opt.dest in defaults:
+            opt = dataclasses.replace(opt, default=defaults[opt.dest])
         default = opt.default
         for name in env_names(opt):
             if name in os.environ:
@@ -94,11 +100,11 @@ def add_options(parser: argparse.ArgumentParser, options: list[Option], title: s
                                help=f"{opt.help} (default: {opt.default}) (env: {envs})")
 
 
-def add_engine_options(parser: argparse.ArgumentParser) -> None:
-    add_options(parser, MODEL_OPTIONS, "model and engine")
-    add_options(parser, SAMPLING_OPTIONS, "sampling")
-    add_options(parser, SPEC_OPTIONS, "speculative decoding")
-    add_options(parser, all_options(), "speculative methods")
+def add_engine_options(parser: argparse.ArgumentParser, defaults: dict | None = None) -> None:
+    add_options(parser, MODEL_OPTIONS, "model and engine", defaults)
+    add_options(parser, SAMPLING_OPTIONS, "sampling", defaults)
+    add_options(parser, SPEC_OPTIONS, "speculative decoding", defaults)
+    add_options(parser, all_options(), "speculative methods", defaults)
 
 
 def spec_option_values(args: argparse.Namespace) -> dict:

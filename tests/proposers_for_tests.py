@@ -61,3 +61,29 @@ class FixedQ(Proposer):
 
     def max_draft(self):
         return self.k
+
+
+class FaultyForTrigger(Proposer):
+    """For requests whose prompt holds `trigger`, drafts with a malformed q, so verifying that
+    request raises (at temperature > 0); other requests get no draft. Tests error isolation."""
+    name = "test-faulty"
+    trigger = 319
+
+    def __init__(self, ctx):
+        super().__init__(ctx)
+        self.flagged: set[int] = set()
+
+    def begin(self, slot, prompt):
+        if self.trigger in prompt:
+            self.flagged.add(slot)
+        else:
+            self.flagged.discard(slot)
+
+    def release(self, slot):
+        self.flagged.discard(slot)
+
+    def draft(self, requests):
+        return {req.slot: Draft([5], q_probs=torch.zeros(1, 3)) for req in requests if req.slot in self.flagged}
+
+    def max_draft(self):
+        return 1

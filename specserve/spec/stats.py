@@ -52,9 +52,15 @@ class RequestSpecStats:
     n_draft_accepted: int = 0
     n_verify_steps: int = 0        # steps that verified a non-empty draft
     accepted_per_pos: list[int] = field(default_factory=list)
+    # draft length -> histogram of accepted lengths (index j = steps that accepted j tokens)
+    histogram_by_draft_len: dict[int, list[int]] = field(default_factory=dict)
 
     def record(self, n_drafted: int, n_accepted: int) -> None:
         self.n_verify_steps += 1
+        hist = self.histogram_by_draft_len.get(n_drafted)
+        if hist is None:
+            hist = self.histogram_by_draft_len[n_drafted] = [0] * (n_drafted + 1)
+        hist[n_accepted] += 1
         self.n_draft_accepted += n_accepted
         if len(self.accepted_per_pos) < n_accepted:
             self.accepted_per_pos.extend([0] * (n_accepted - len(self.accepted_per_pos)))
@@ -73,6 +79,30 @@ class RequestSpecStats:
         counts = self.accepted_per_pos + [0] * max(0, n_positions - len(self.accepted_per_pos))
         steps = self.n_verify_steps
         return [c / steps if steps else 0.0 for c in counts]
+
+    def acceptance_histogram(self, n_positions: int = 0) -> list[int]:
+        """Index j = verify steps that accepted exactly j draft tokens (the bonus token excluded)."""
+        size = max([n_positions, *self.histogram_by_draft_len]) + 1
+        hist = [0] * size
+        for by_len in self.histogram_by_draft_len.values():
+            for j, count in enumerate(by_len):
+                hist[j] += count
+        return hist
+
+    def vllm_metrics(self, num_spec_tokens: int) -> dict:
+        """vLLM's per-request `metrics.speculative_decoding` object (plus per-position counts)."""
+        return {
+            "mean_acceptance_length": self.mean_acceptance_length,
+            "draft_acceptance_rate": self.acceptance_rate,
+            "acceptance_histogram": self.acceptance_histogram(num_spec_tokens),
+            "acceptance_histogram_by_draft_length": {
+                str(k): list(v) for k, v in sorted(self.histogram_by_draft_len.items())},
+            "num_spec_steps": self.n_verify_steps,
+            "num_accepted_draft_tokens": self.n_draft_accepted,
+            "num_draft_tokens": self.n_draft_tokens,
+            "num_spec_tokens": num_spec_tokens,
+            "per_position_accepted": list(self.accepted_per_pos),
+        }
 
     def lines(self, n_positions: int = 0) -> list[str]:
         """llama-server's per-request lines (printed only when something was drafted)."""

@@ -116,14 +116,14 @@ def build_regen_dataset(target_dir: str | Path, out_path: str | Path, n_parallel
                 params.append(SamplingParams(max_tokens=cfg.new_tokens, temperature=0.0))
         samples = []
         chunk = 256
-        iterator = range(0, cfg.n_samples, chunk)
-        if progress:
-            from tqdm import tqdm
-            iterator = tqdm(iterator, desc="regenerating", unit_scale=chunk)
-        for start in iterator:
+        from tqdm import tqdm
+        bar = tqdm(total=cfg.n_samples, desc="regenerating", unit="sample", disable=not progress)
+        for start in range(0, cfg.n_samples, chunk):
             outs = llm.generate(prompts[start:start + chunk], params[start:start + chunk])
             for prompt, out in zip(prompts[start:start + chunk], outs):
                 samples.append(RegenSample(np.array(prompt + out.token_ids, dtype=np.int64), len(prompt)))
+            bar.update(len(outs))
+        bar.close()
         meta = {"fingerprint": fingerprint, "target": str(target_dir), "settings": asdict(cfg),
                 "n_tokens": int(sum(len(s.tokens) for s in samples)),
                 "n_regenerated": int(sum(len(s.tokens) - s.n_prompt for s in samples))}

@@ -1,0 +1,101 @@
+"""The engine's step loop on one background thread, and the bridge to asyncio.
+
+HTTP handlers never touch the model: they queue a Request and read its updates from a
+RequestStream. The loop thread runs `engine.step()` while any request is waiting or
+running and sleeps on a condition variable otherwise. Updates are handed to the event
+loop with `call_soon_threadsafe`.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import time
+
+from ..engine.engine import Engine
+from ..engine.request import Request, RequestOutput
+
+log = logging.getLogger("specserve.server")
+
+
+class EngineLoop:
+    def __init__(self, engine: Engine):
+        self.engine = engine
+        self.wakeup = threading.Condition()
+        self.stopping = False
+        self.thread = threading.Thread(target=self._run, name="engine-loop", daemon=True)
+
+    def start(self) -> None:
+        self.thread.start()
+
+    def stop(self) -> None:
+        with self.wakeup:
+            self.stopping = True
+            self.wakeup.notify()
+        self.thread.join(timeout=30)
+
+    def submit(self, request: Request) -> None:
+        """Queue a request (raises InvalidRequestError / ContextOverflowError for bad ones)."""
+        with self.wakeup:
+            self.engine.add_request(request)
+            self.wakeup.notify()
+
+    def abort(self, request_id: str) -> None:
+        # the request frees its slot at the loop's next step
+        self.engine.abort(request_id)
+        with self.wakeup:
+            self.wakeup.notify()
+
+    def _run(self) -> None:
+        while True:
+            with self.wakeup:
+                while not self.stopping and not self.engine.has_work():
+                    self.wakeup.wait()
+                if self.stopping:
+                    return
+            try:
+                self.engine.step()
+            except Exception:     # the engine catches step errors itself; this is the last line of defence
+                log.exception("engine step failed outside a request; aborting the requests in flight")
+                self._abort_everything()
+                time.sleep(0.05)
+
+    def _abort_everything(self) -> None:
+        engine = self.engine
+        with engine.lock:
+            ids = [r.request_id for r in list(engine.waiting) + [r for r in engine.slots if r is not None]]
+        for request_id in ids:
+            engine.abort(request_id)
+
+
+class RequestStream:
+    """Receives one request's updates (from the engine thread) on the event loop.
+
+    With `every_step` the engine hands over a snapshot after each step (streaming);
+    otherwise only the final output arrives, through `push` (called by the server's
+    on_finish hook), so a non-streaming request costs the event loop nothing per step.
+    Each update's `logprobs` holds only the entries of its `new_token_ids`: the engine's
+    list keeps growing on the engine thread, so the slice is taken there.
+    """
+
+    def __init__(self, request: Request, aloop: asyncio.AbstractEventLoop, every_step: bool = True):
+        self.request = request
+        self.aloop = aloop
+        self.queue: asyncio.Queue[RequestOutput] = asyncio.Queue()
+        self.finished = False
+        if every_step:
+            request.on_update = self.push
+
+    def push(self, out: RequestOutput) -> None:     # engine thread
+        if out.logprobs is not None:
+            end = len(out.token_ids)
+            out.logprobs = list(out.logprobs[end - len(out.new_token_ids):end])
+        try:
+            self.aloop.call_soon_threadsafe(self.queue.put_nowait, out)
+        except RuntimeError:       # the event loop has shut down; nobody is listening any more
+            pass
+
+    async def next(self) -> RequestOutput:
+        out = await self.queue.get()
+        self.finished = out.finished
+        return out

@@ -1,0 +1,254 @@
+"""Runs validated jobs through the engine loop and turns their updates into HTTP responses:
+whole JSON bodies, OpenAI SSE streams and llama-server /completion streams.
+
+A request ends early when its client disconnects or the server's --timeout passes; either
+way it is aborted in the engine, so its slot frees at the next step.
+"""
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import logging
+import time
+import uuid
+from collections.abc import AsyncIterator
+
+from fastapi import Request as HttpRequest
+
+from ..commands.generate import timing_lines
+from ..engine.engine import Engine
+from ..engine.request import Request, RequestOutput
+from ..errors import ContextOverflowError, InvalidRequestError
+from ..models.tokenizer import Tokenizer
+from . import llama_api
+from . import openai_responses as oai
+from .engine_loop import EngineLoop, RequestStream
+from .errors import ApiError, bad_request
+from .metrics import ServerMetrics
+from .openai_schema import Job
+from .settings import ServerSettings
+from .token_text import TokenTexts
+
+log = logging.getLogger("specserve.server")
+
+
+def sse(obj: dict) -> str:
+    return f"data: {json.dumps(obj, ensure_ascii=False)}\n\n"
+
+
+class Running:
+    """One submitted job: its engine request, its update stream and its timeout."""
+
+    def __init__(self, job: Job, request: Request, stream: RequestStream):
+        self.job, self.request, self.stream = job, request, stream
+        self.timed_out = False
+        self.timer: asyncio.TimerHandle | None = None
+        self.logprobs: list = []          # every token's entry, gathered from the updates
+
+
+class Generation:
+    def __init__(self, engine: Engine, tokenizer: Tokenizer | None, settings: ServerSettings):
+        self.engine, self.tokenizer, self.settings = engine, tokenizer, settings
+        self.loop = EngineLoop(engine)
+        self.metrics = ServerMetrics(engine, settings.model_name)
+        self.task_ids: dict[str, int] = {}
+        self.final_only: dict[str, RequestStream] = {}    # non-streaming requests, by id
+        self._next_task = itertools.count()
+        self.num_spec_tokens = engine.driver.max_draft() if engine.driver is not None else 0
+        self.texts = TokenTexts(tokenizer)
+        engine.on_finish = self._on_finish
+
+    # ------------------------------------------------------------ engine side
+    def _on_finish(self, r: Request) -> None:
+        """Engine thread: hand a non-streaming request its output, count it, print llama-server's lines."""
+        waiting = self.final_only.pop(r.request_id, None)
+        if waiting is not None:
+            waiting.push(r.snapshot())
+        try:        # bookkeeping must never fail a request or the engine step
+            self._count_and_log(r)
+        except Exception:
+            log.exception("statistics for request %s failed", r.request_id)
+
+    def _count_and_log(self, r: Request) -> None:
+        self.metrics.observe_finished(r)
+        task = self.task_ids.pop(r.request_id, -1)
+        if not r.t_start:
+            log.info("task %d: %s while waiting for a slot", task, r.finish_reason)
+            return
+        prefix = f"slot print_timing: id {r.slot:2d} | task {task} | "
+        lines = [prefix] + timing_lines(r.timings().as_dict(r.spec))
+        lines += self.engine.request_stats_lines(r) + self.engine.driver_stats_lines()
+        lines.append(f"slot      release: id {r.slot:2d} | task {task} | stop processing: "
+                     f"n_tokens = {len(r.prompt_ids) + len(r.output_ids)}, finish_reason = {r.finish_reason}"
+                     + (f", error = {r.error}" if r.error else ""))
+        log.info("\n".join(lines))
+
+    # ------------------------------------------------------------ submission
+    def submit(self, job: Job, request_id: str, prompt_param: str) -> Running:
+        request = Request(request_id, job.prompt_ids, job.params)
+        stream = RequestStream(request, asyncio.get_running_loop(), every_step=job.stream)
+        running = Running(job, request, stream)
+        task = next(self._next_task)
+        self.task_ids[request_id] = task
+        if not job.stream:
+            self.final_only[request_id] = stream
+        try:
+            self.loop.submit(request)
+        except InvalidRequestError as exc:      # ContextOverflowError included
+            self.task_ids.pop(request_id, None)
+            self.final_only.pop(request_id, None)
+            code = "context_length_exceeded" if isinstance(exc, ContextOverflowError) else "invalid_value"
+            raise bad_request(str(exc), prompt_param, code) from None
+        log.info("task %d: queued %s (%d prompt tokens)", task, request_id, len(job.prompt_ids))
+        if self.settings.timeout > 0:
+            running.timer = asyncio.get_running_loop().call_later(self.settings.timeout, self._time_out, running)
+        return running
+
+    def _time_out(self, running: Running) -> None:
+        if not running.stream.finished:
+            running.timed_out = True
+            self.loop.abort(running.request.request_id)
+
+    def _release(self, running: Running) -> None:
+        if running.timer is not None:
+            running.timer.cancel()
+        if not running.stream.finished:     # the client went away: free the slot
+            self.loop.abort(running.request.request_id)
+
+    async def _next(self, running: Running) -> RequestOutput:
+        out = await running.stream.next()
+        if out.logprobs:
+            running.logprobs.extend(out.logprobs)
+        return out
+
+    def failure(self, running: Running, out: RequestOutput) -> ApiError | None:
+        if out.finish_reason == "error":
+            return ApiError(500, out.error or "internal error", code="internal_error")
+        if out.finish_reason == "abort":
+            if running.timed_out:
+                return ApiError(408, f"the request did not finish within the server's timeout of "
+                                     f"{self.settings.timeout:g} s (--timeout)", code="timeout")
+            return ApiError(500, "the request was aborted", code="aborted")
+        return None
+
+    def extras(self, running: Running, out: RequestOutput) -> dict:
+        """llama-server's `timings` and vLLM's per-request speculative metrics."""
+        extras = {"timings": out.timings}
+        if self.engine.driver is not None:
+            extras["metrics"] = {"speculative_decoding": running.request.spec.vllm_metrics(self.num_spec_tokens)}
+        return extras
+
+    async def run_to_end(self, http: HttpRequest, running: Running) -> RequestOutput:
+        """Wait for the final update of a non-streaming request (aborting it if the client leaves)."""
+        watcher = asyncio.create_task(self._abort_on_disconnect(http, running))
+        try:
+            while True:
+                out = await self._next(running)
+                if out.finished:
+                    break
+        finally:
+            watcher.cancel()
+            self._release(running)
+        error = self.failure(running, out)
+        if error is not None:
+            raise error
+        return out
+
+    async def _abort_on_disconnect(self, http: HttpRequest, running: Running) -> None:
+        while True:
+            message = await http.receive()
+            if message["type"] == "http.disconnect":
+                log.info("client of %s disconnected; aborting it", running.request.request_id)
+                self.loop.abort(running.request.request_id)
+                return
+
+    # ------------------------------------------------------------ OpenAI routes
+    async def openai(self, http: HttpRequest, job: Job, chat: bool):
+        response_id = f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex}"
+        running = self.submit(job, response_id, "messages" if chat else "prompt")
+        if job.stream:
+            return self.openai_stream(running, response_id, chat)
+        out = await self.run_to_end(http, running)
+        texts = self.texts
+        created, model = int(time.time()), self.settings.model_name
+        if chat:
+            logprobs = oai.chat_logprobs(texts, running.logprobs) if job.want_logprobs else None
+            return oai.chat_response(response_id, created, model, job, out, logprobs, self.extras(running, out))
+        logprobs = oai.completion_logprobs(texts, running.logprobs, oai.TextOffsets()) if job.want_logprobs else None
+        return oai.completion_response(response_id, created, model, job, out, logprobs, self.extras(running, out))
+
+    async def openai_stream(self, running: Running, response_id: str, chat: bool) -> AsyncIterator[str]:
+        job, texts = running.job, self.texts
+        created, model = int(time.time()), self.settings.model_name
+        sent_role, offsets = False, oai.TextOffsets()
+        try:
+            while True:
+                out = await self._next(running)
+                error = self.failure(running, out) if out.finished else None
+                if error is not None:
+                    yield sse(error.body())
+                    break
+                per_token = {"timings": out.timings} if job.timings_per_token else {}
+                if job.continuous_usage:
+                    per_token["usage"] = oai.output_usage(out)
+                has_logprobs = job.want_logprobs and bool(out.new_token_ids)
+                if out.new_text or has_logprobs or (chat and not sent_role and out.finished):
+                    if chat:
+                        delta = {"content": out.new_text}
+                        if not sent_role:
+                            delta = {"role": "assistant", **delta}
+                            sent_role = True
+                        logprobs = oai.chat_logprobs(texts, out.logprobs) if has_logprobs else None
+                        yield sse(oai.chat_chunk(response_id, created, model, delta, logprobs=logprobs,
+                                                 extras=per_token))
+                    else:
+                        logprobs = oai.completion_logprobs(texts, out.logprobs, offsets) if has_logprobs else None
+                        yield sse(oai.completion_chunk(response_id, created, model, out.new_text,
+                                                       logprobs=logprobs, extras=per_token))
+                if out.finished:
+                    extras = self.extras(running, out)
+                    last = {**extras, **per_token}
+                    stop = oai.stop_reason(job, out)
+                    if chat:
+                        yield sse(oai.chat_chunk(response_id, created, model, {}, out.finish_reason,
+                                                 stop=stop, extras=last))
+                    else:
+                        yield sse(oai.completion_chunk(response_id, created, model, "", out.finish_reason,
+                                                       stop=stop, extras=last))
+                    if job.include_usage:
+                        obj = "chat.completion.chunk" if chat else "text_completion"
+                        yield sse(oai.usage_chunk(response_id, created, model, obj, out, extras))
+                    break
+            yield "data: [DONE]\n\n"
+        finally:
+            self._release(running)
+
+    # ------------------------------------------------------------ llama-server /completion
+    async def llama_completion(self, http: HttpRequest, job: Job):
+        running = self.submit(job, f"cmpl-{uuid.uuid4().hex}", "prompt")
+        if job.stream:
+            return self.llama_stream(running)
+        out = await self.run_to_end(http, running)
+        texts = self.texts
+        probabilities = llama_api.completion_probabilities(texts, running.logprobs) if job.want_logprobs else None
+        return llama_api.final_response(running.request, out, job, self.settings, out.text, list(out.token_ids),
+                                        probabilities, self.extras(running, out))
+
+    async def llama_stream(self, running: Running) -> AsyncIterator[str]:
+        job, texts = running.job, self.texts
+        try:
+            while True:
+                out = await self._next(running)
+                error = self.failure(running, out) if out.finished else None
+                if error is not None:
+                    yield sse(error.body())
+                    break
+                if out.new_text or out.new_token_ids:
+                    yield sse(llama_api.partial_chunk(running.request, out, texts, job))
+                if out.finished:
+                    yield sse(llama_api.final_response(running.request, out, job, self.settings, "", [], None,
+                                                       self.extras(running, out)))
+                    break
+        finally:
+            self._release(running)
