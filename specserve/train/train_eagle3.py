@@ -36,6 +36,9 @@ def add_arguments(group) -> None:
     group.add_argument("--draft-vocab", type=int, default=0,
                        help="eagle3: reduced draft vocabulary size (0 = half the target's)")
     group.add_argument("--ttt-depth", type=int, default=3, help="eagle3/mtp: unrolled steps of training-time test")
+    group.add_argument("--eagle3-init", choices=("target", "random"), default="target",
+                       help="eagle3: start the layer as the target's last layer reading the last feature (target), "
+                            "or from random weights")
 
 
 def frequent_tokens(samples, vocab: int, n: int) -> torch.Tensor:
@@ -66,6 +69,23 @@ def build_head(target, taps: tuple[int, ...], used: torch.Tensor, seed: int) -> 
     return head
 
 
+def init_from_target(head: Eagle3Draft, target) -> None:
+    """Start as the target's last layer applied to the last feature: fc passes that feature through,
+    q/k/v read it with the target's weights (the embedding half starts small and random), and the
+    attention output and MLP are the target's. MTP heads start the same way (train_mtp.py)."""
+    hidden = head.config.hidden_size
+    layer, source = head.layers[0], target.model.layers[-1]
+    with torch.no_grad():
+        head.fc.weight[:, -hidden:].copy_(torch.eye(hidden))
+        for name in ("q_proj", "k_proj", "v_proj"):
+            getattr(layer.self_attn, name).weight[:, hidden:].copy_(getattr(source.self_attn, name).weight.float())
+        layer.self_attn.o_proj.weight.copy_(source.self_attn.o_proj.weight.float())
+        for name in ("gate_proj", "up_proj", "down_proj"):
+            getattr(layer.mlp, name).weight.copy_(getattr(source.mlp, name).weight.float())
+        layer.post_attention_layernorm.weight.copy_(source.post_attention_layernorm.weight.float())
+        layer.hidden_norm.weight.copy_(source.input_layernorm.weight.float())
+
+
 def default_taps(n_layers: int) -> tuple[int, ...]:
     return (1, n_layers // 2, n_layers - 1)
 
@@ -79,6 +99,8 @@ def train(job: DrafterJob) -> dict:
     vocab = target.config.vocab_size
     used = frequent_tokens(job.train_samples, vocab, int(opts.get("draft_vocab") or vocab // 2))
     head = build_head(target, taps, used, job.seed)
+    if opts.get("eagle3_init", "target") == "target":
+        init_from_target(head, target)
     head.train()
     depth = int(opts.get("ttt_depth", 3))
     rope = RotaryEmbedding(head.config.head_dim, head.config.rope_theta, None,
@@ -115,6 +137,10 @@ def train(job: DrafterJob) -> dict:
                 ("draft layer", f"1 Llama layer, hidden {head.config.hidden_size}, q/k/v over 2 x hidden"),
                 ("vocabulary", f"{len(used)} draft tokens (the most frequent regenerated ones) of {vocab}, "
                                "mapped with `d2t`; the target's embedding is shared"),
+                ("initialisation", "the target's last layer reading the last feature (q/k/v hidden half, "
+                                   "attention output, MLP), lm_head rows and final norm from the target"
+                 if opts.get("eagle3_init", "target") == "target" else "random layer and fc; lm_head rows and "
+                 "final norm from the target"),
                 ("training-time test", f"{depth} unrolled steps, loss weights 0.8^step"),
                 ("weights", "bfloat16 safetensors")],
                job, summary, usage(job, "draft-eagle3"))
