@@ -1,73 +1,137 @@
-"""`specserve train-draft`: train a drafter for a target model.
+"""`specserve train-draft --method M`: train a drafter for a target on target-regenerated data.
 
-Each training method is one line in METHODS ("name": "module:function"); the function takes
-the parsed arguments. DFlash and DSpark share the block-drafter trainer.
+Two kinds of trainers:
+  * block drafters (dflash, dspark): specserve/train/block_trainer.py, which runs its own loop,
+    checkpoints (rerun to resume) and held-out evaluation;
+  * chain drafters (draft-simple, eagle3, mtp): a module under specserve/train/ listed in
+    TRAINERS, providing
+      add_arguments(group)      its own options (prefixed by the method name in their help)
+      train(job) -> dict        job: train/drafter_common.DrafterJob; returns a summary (also written as JSON)
+The data is a regen_data.py file (`python -m specserve.train.regen_data`).
 """
 from __future__ import annotations
 
 import argparse
 import importlib
+import json
 import shlex
+import sys
+from pathlib import Path
 
-METHODS = {
-    "dflash": "specserve.commands.train_draft:run_block_drafter",
-    "dspark": "specserve.commands.train_draft:run_block_drafter",
+import torch
+
+from ..errors import OptionError
+from ..llm import BUNDLED_MODEL
+
+BLOCK_METHODS = ("dflash", "dspark")
+TRAINERS = {
+    "draft-simple": "specserve.train.train_draft_simple",
+    "eagle3": "specserve.train.train_eagle3",
+    "mtp": "specserve.train.train_mtp",
 }
+# defaults that differ by kind: (block drafters, chain drafters)
+KIND_DEFAULTS = {"steps": (1000, 1500), "lr": (6e-4, 1e-3), "batch_size": (4, 8), "eval_samples": (32, 16)}
+
+
+def _trainer(method: str):
+    return importlib.import_module(TRAINERS[method])
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--method", required=True, choices=sorted(METHODS), help="which drafter to train")
-    parser.add_argument("--target", required=True, help="target model folder")
-    parser.add_argument("--out", required=True, help="output folder (also holds checkpoints; rerun to resume)")
-    parser.add_argument("--data", help="target-regenerated data file (specserve.train.regen_data); built from "
-                                       "the target when it does not exist")
-    parser.add_argument("--data-samples", type=int, default=0, help="samples to generate when building --data")
-    parser.add_argument("--steps", type=int, default=1000, help="optimizer steps")
-    parser.add_argument("--batch-size", type=int, default=4, help="sequences per step")
-    parser.add_argument("--max-len", type=int, default=512, help="tokens per sequence (longer ones are cut)")
-    parser.add_argument("--anchors", type=int, default=64, help="random blocks per sequence")
-    parser.add_argument("--block-size", type=int, default=8, help="block size B (anchor-first: B drafts)")
-    parser.add_argument("--layers", type=int, default=2, help="draft layers")
-    parser.add_argument("--taps", type=int, default=3, help="target layers read (build_target_layer_ids)")
-    parser.add_argument("--markov-rank", type=int, default=64, help="DSpark Markov head rank")
-    parser.add_argument("--no-confidence-head", action="store_true", help="DSpark without the confidence head")
-    parser.add_argument("--no-init-from-target", action="store_true",
-                        help="random initialisation instead of copies of the target's last layers")
-    parser.add_argument("--lr", type=float, default=6e-4, help="peak learning rate (AdamW, cosine)")
-    parser.add_argument("--gamma", type=float, default=4.0, help="position weight decay exp(-k/gamma)")
+    parser.add_argument("--method", required=True, choices=sorted((*BLOCK_METHODS, *TRAINERS)),
+                        help="which drafter to train")
+    parser.add_argument("--target", default=str(BUNDLED_MODEL), help="target model folder (default: bundled)")
+    parser.add_argument("--data", help="regenerated data file (specserve.train.regen_data); dflash/dspark build "
+                                       "it from the target when it does not exist")
+    parser.add_argument("--out", required=True, help="output folder for the drafter")
+    parser.add_argument("--steps", type=int, help="optimiser steps (fixes the LR schedule; 1000 block, 1500 chain)")
+    parser.add_argument("--lr", type=float, help="peak learning rate (6e-4 block, 1e-3 chain)")
+    parser.add_argument("--batch-size", type=int, help="sequences per step (4 block, 8 chain)")
+    parser.add_argument("--seq-len", "--max-len", dest="seq_len", type=int, default=512,
+                        help="tokens per sequence (longer ones are cut)")
+    parser.add_argument("--eval-samples", type=int, help="held-out samples measuring acceptance (32 block, 16 chain)")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--checkpoint-every", type=int, default=100, help="steps between checkpoints and evals")
     parser.add_argument("--threads", type=int, default=0, help="CPU threads (0 = PyTorch's default)")
-    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+    block = parser.add_argument_group("dflash / dspark options")
+    block.add_argument("--data-samples", type=int, default=0, help="samples to generate when building --data")
+    block.add_argument("--anchors", type=int, default=64, help="random blocks per sequence")
+    block.add_argument("--block-size", type=int, default=8, help="block size B (anchor-first: B drafts)")
+    block.add_argument("--layers", type=int, default=2, help="draft layers")
+    block.add_argument("--taps", type=int, default=3, help="target layers read (build_target_layer_ids)")
+    block.add_argument("--markov-rank", type=int, default=64, help="DSpark Markov head rank")
+    block.add_argument("--no-confidence-head", action="store_true", help="DSpark without the confidence head")
+    block.add_argument("--no-init-from-target", action="store_true",
+                       help="random initialisation instead of copies of the target's last layers")
+    block.add_argument("--gamma", type=float, default=4.0, help="position weight decay exp(-k/gamma)")
+    block.add_argument("--checkpoint-every", type=int, default=100, help="steps between checkpoints and evals")
+    block.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+    chain = parser.add_argument_group("draft-simple / eagle3 / mtp options")
+    chain.add_argument("--max-minutes", type=float, default=0.0,
+                       help="wall-clock budget: the schedule also follows elapsed time and the run ends when it "
+                            "is spent (0 = steps only)")
+    chain.add_argument("--warmup", type=int, default=50, help="warmup steps")
+    for method in TRAINERS:
+        _trainer(method).add_arguments(chain)
 
 
-def command_line(args) -> str:
-    """The options of this run as a command line (recorded in the model card)."""
-    parts = ["specserve", "train-draft"]
-    for key, value in vars(args).items():
-        if key in ("command",) or value is None or value is False:
-            continue
-        flag = "--" + key.replace("_", "-")
-        parts += [flag] if value is True else [flag, shlex.quote(str(value))]
-    return " ".join(parts)
+def _command_line(args) -> str:
+    """The command as typed (for the model card), or the essential options when called from Python."""
+    if "train-draft" in sys.argv:
+        rest = sys.argv[sys.argv.index("train-draft") + 1:]
+        return "specserve train-draft " + " ".join(map(shlex.quote, rest))
+    return (f"specserve train-draft --method {args.method} --target {args.target} --data {args.data} "
+            f"--out {args.out} --steps {args.steps}")
+
+
+def run(args) -> int:
+    kind = 0 if args.method in BLOCK_METHODS else 1
+    for name, defaults in KIND_DEFAULTS.items():
+        if getattr(args, name) is None:
+            setattr(args, name, defaults[kind])
+    return run_block_drafter(args) if kind == 0 else run_chain_drafter(args)
 
 
 def run_block_drafter(args) -> int:
     from ..train.block_trainer import BlockTrainConfig, BlockTrainer
+    if args.max_minutes:
+        raise OptionError("--max-minutes is not supported by dflash/dspark: set --steps")
     cfg = BlockTrainConfig(
         method=args.method, target_dir=args.target, out_dir=args.out, data_path=args.data,
-        data_samples=args.data_samples, steps=args.steps, batch_size=args.batch_size, max_len=args.max_len,
+        data_samples=args.data_samples, steps=args.steps, batch_size=args.batch_size, max_len=args.seq_len,
         anchors=args.anchors, block_size=args.block_size, num_layers=args.layers, num_taps=args.taps,
         markov_rank=args.markov_rank, confidence_head=not args.no_confidence_head,
-        init_from_target=not args.no_init_from_target, lr=args.lr, gamma=args.gamma,
-        seed=args.seed, checkpoint_every=args.checkpoint_every, threads=args.threads,
-        command=command_line(args))
+        init_from_target=not args.no_init_from_target, lr=args.lr, gamma=args.gamma, seed=args.seed,
+        checkpoint_every=args.checkpoint_every, eval_samples=args.eval_samples, threads=args.threads,
+        command=_command_line(args))
     final = BlockTrainer(cfg, progress=not args.no_progress).train()
     print(f"wrote {args.out}: held-out tau_prob {final.get('tau_prob', 1):.3f}, "
           f"tau_greedy {final.get('tau_greedy', 1):.3f}")
     return 0
 
 
-def run(args) -> int:
-    module, func = METHODS[args.method].split(":")
-    return getattr(importlib.import_module(module), func)(args)
+def run_chain_drafter(args) -> int:
+    from ..train.draft_loop import LoopSettings
+    from ..train.draft_windows import split_samples
+    from ..train.drafter_common import DrafterJob
+    from ..train.regen_data import load_regen_dataset
+
+    if args.threads > 0:
+        torch.set_num_threads(args.threads)
+    if not args.data or not Path(args.data).is_file():
+        raise OptionError(f"data file not found: {args.data} (make it with python -m specserve.train.regen_data)")
+    data = Path(args.data)
+    torch.manual_seed(args.seed)
+    samples = load_regen_dataset(data)
+    train_samples, eval_samples = split_samples(samples, args.eval_samples, args.seed)
+    job = DrafterJob(target_dir=Path(args.target), out_dir=Path(args.out), train_samples=train_samples,
+                     eval_samples=eval_samples,
+                     loop=LoopSettings(steps=args.steps, lr=args.lr, warmup=args.warmup, max_minutes=args.max_minutes),
+                     batch_size=args.batch_size, seq_len=args.seq_len, seed=args.seed,
+                     command=_command_line(args),
+                     data_path=str(data), options=dict(vars(args)), log=lambda m: print(m, flush=True))
+    summary = _trainer(args.method).train(job)
+    (job.out_dir / "training_summary.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
+    print(json.dumps(summary["acceptance"]))
+    return 0

@@ -133,6 +133,73 @@ def _detach(t):
     return None if t is None else t.detach()
 
 
+def rope_tables(rope: RotaryEmbedding, batch: StepBatch):
+    """float32 cos/sin rows for the batch's positions (dynamic NTK scaling depends on each slot's length)."""
+    if rope.rope_type != "dynamic":
+        return rope.gather(batch.positions)
+    cos, sin = [], []
+    for seg in batch.segments:
+        pos = batch.positions[seg.start:seg.start + seg.n_rows]
+        c, s = rope.gather(pos, seq_len=seg.pos0 + seg.n_rows)
+        cos.append(c)
+        sin.append(s)
+    return torch.cat(cos), torch.cat(sin)
+
+
+def cached_attention(qkv: torch.Tensor, qk_norm: torch.Tensor | None, cfg: ModelConfig, cos: torch.Tensor,
+                     sin: torch.Tensor, batch: StepBatch, cache: KVCache, layer_id: int) -> torch.Tensor:
+    """Attention of the batch's rows over layer `layer_id` of a KV cache, from float32 q/k/v rows [N, q+2kv].
+
+    Writes the rows' keys and values into the cache and returns the float32 context rows
+    [N, heads*head_dim]. `batch.prepare` must have been called for this cache.
+    """
+    eps = cfg.rms_norm_eps
+    n_heads, n_kv, d = cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim
+    group = n_heads // n_kv
+    q_size, kv_size = cfg.q_size, cfg.kv_size
+    n_rows = batch.n_tokens
+    n_slots, q_rows, key_len = len(batch.segments), batch.n_rows_padded, batch.key_len
+    qk = qkv[:, :q_size + kv_size].reshape(n_rows, n_heads + n_kv, d)
+    if qk_norm is not None:
+        qk = F.rms_norm(qk, (d,), None, eps) * qk_norm
+    qk = apply_rope(qk, cos, sin)
+    k_cache, v_cache = cache.k[layer_id], cache.v[layer_id]
+    cache_index = batch.extra["cache_index"]
+    k_cache.view(-1, d).index_copy_(0, cache_index, qk[:, n_heads:].reshape(n_rows * n_kv, d))
+    v_cache.view(-1, d).index_copy_(0, cache_index, qkv[:, q_size + kv_size:].reshape(n_rows * n_kv, d))
+    keys = k_cache[batch.slot_select, :, :key_len]
+    values = v_cache[batch.slot_select, :, :key_len]
+    q = qk[:, :n_heads] * d ** -0.5
+    if batch.pad_index is not None:
+        q = q.new_zeros(n_slots * q_rows, n_heads, d).index_copy_(0, batch.pad_index, q)
+    # [S, Q, kv, group, d] -> [S, kv, group*Q, d]: the queries of one kv head share its keys
+    q = q.view(n_slots, q_rows, n_kv, group, d).permute(0, 2, 3, 1, 4).reshape(n_slots, n_kv, group * q_rows, d)
+    scores = torch.matmul(q, keys.transpose(-1, -2)).view(n_slots, n_kv, group, q_rows, key_len)
+    probs = torch.softmax(scores.masked_fill_(~batch.attn_mask, float("-inf")), dim=-1)
+    ctx = torch.matmul(probs.view(n_slots, n_kv, group * q_rows, key_len), values)
+    ctx = ctx.view(n_slots, n_kv, group, q_rows, d).permute(0, 3, 1, 2, 4).reshape(n_slots * q_rows, n_heads * d)
+    if batch.pad_index is not None:
+        ctx = ctx.index_select(0, batch.pad_index)
+    return ctx
+
+
+def mlp_step(w: ServingWeights, x: torch.Tensor, cfg: ModelConfig, act) -> torch.Tensor:
+    """x + MLP(post_attention_layernorm(x))."""
+    h = rms_norm(x, w.post_norm, cfg.rms_norm_eps)
+    gate, up = linear(h, w.gate_up_w, w.gate_up_b).split(cfg.intermediate_size, dim=-1)
+    return x + linear(act(gate) * up, w.down_w, w.down_b)
+
+
+def decoder_layer_step(w: ServingWeights, x: torch.Tensor, cfg: ModelConfig, act, cos, sin, batch: StepBatch,
+                       cache: KVCache, layer_id: int) -> torch.Tensor:
+    """One pre-norm decoder layer over the batch's rows, reading and extending `cache` layer `layer_id`."""
+    h = rms_norm(x, w.input_norm, cfg.rms_norm_eps)
+    qkv = linear(h, w.qkv_w, w.qkv_b).float()
+    ctx = cached_attention(qkv, w.qk_norm, cfg, cos, sin, batch, cache, layer_id)
+    x = x + linear(ctx.to(x.dtype), w.o_w, w.o_b)
+    return mlp_step(w, x, cfg, act)
+
+
 @dataclass
 class ForwardOutput:
     logits: torch.Tensor | None                      # [n_out, V] float32
@@ -212,17 +279,6 @@ class CausalLM(nn.Module):
                        torch.float32, self.device)
 
     # ------------------------------------------------------------------ serving forward
-    def _rope_tables(self, batch: StepBatch):
-        if self.rope.rope_type != "dynamic":
-            return self.rope.gather(batch.positions)
-        cos, sin = [], []
-        for seg in batch.segments:
-            pos = batch.positions[seg.start:seg.start + seg.n_rows]
-            c, s = self.rope.gather(pos, seq_len=seg.pos0 + seg.n_rows)
-            cos.append(c)
-            sin.append(s)
-        return torch.cat(cos), torch.cat(sin)
-
     def forward_step(self, batch: StepBatch, cache: KVCache, taps=(), want_final_hidden: bool = False,
                      ) -> ForwardOutput:
         """Rows of several slots through the model, reading and writing their cache.
@@ -231,48 +287,15 @@ class CausalLM(nn.Module):
         """
         cfg = self.config
         eps = cfg.rms_norm_eps
-        n_heads, n_kv, d = cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim
-        group = n_heads // n_kv
-        q_size, kv_size = cfg.q_size, cfg.kv_size
-        batch.prepare(n_kv, cache.capacity, group)
-        cos, sin = self._rope_tables(batch)
-        n_rows = batch.n_tokens
-        n_slots, q_rows, key_len = len(batch.segments), batch.n_rows_padded, batch.key_len
-        cache_index = batch.extra["cache_index"]
-        mask = batch.attn_mask
-        scale = d ** -0.5
+        batch.prepare(cfg.num_key_value_heads, cache.capacity, cfg.num_attention_heads // cfg.num_key_value_heads)
+        cos, sin = rope_tables(self.rope, batch)
         out_taps: dict[int, torch.Tensor] = {}
 
         x = self.embed(batch.tokens)
         if -1 in taps:
             out_taps[-1] = x
         for layer_id, w in enumerate(self.serving):
-            h = rms_norm(x, w.input_norm, eps)
-            qkv = linear(h, w.qkv_w, w.qkv_b).float()
-            qk = qkv[:, :q_size + kv_size].reshape(n_rows, n_heads + n_kv, d)
-            if w.qk_norm is not None:
-                qk = F.rms_norm(qk, (d,), None, eps) * w.qk_norm
-            qk = apply_rope(qk, cos, sin)
-            k_cache, v_cache = cache.k[layer_id], cache.v[layer_id]
-            k_cache.view(-1, d).index_copy_(0, cache_index, qk[:, n_heads:].reshape(n_rows * n_kv, d))
-            v_cache.view(-1, d).index_copy_(0, cache_index, qkv[:, q_size + kv_size:].reshape(n_rows * n_kv, d))
-            keys = k_cache[batch.slot_select, :, :key_len]
-            values = v_cache[batch.slot_select, :, :key_len]
-            q = qk[:, :n_heads] * scale
-            if batch.pad_index is not None:
-                q = q.new_zeros(n_slots * q_rows, n_heads, d).index_copy_(0, batch.pad_index, q)
-            # [S, Q, kv, group, d] -> [S, kv, group*Q, d]: the queries of one kv head share its keys
-            q = q.view(n_slots, q_rows, n_kv, group, d).permute(0, 2, 3, 1, 4).reshape(n_slots, n_kv, group * q_rows, d)
-            scores = torch.matmul(q, keys.transpose(-1, -2)).view(n_slots, n_kv, group, q_rows, key_len)
-            probs = torch.softmax(scores.masked_fill_(~mask, float("-inf")), dim=-1)
-            ctx = torch.matmul(probs.view(n_slots, n_kv, group * q_rows, key_len), values)
-            ctx = ctx.view(n_slots, n_kv, group, q_rows, d).permute(0, 3, 1, 2, 4).reshape(n_slots * q_rows, n_heads * d)
-            if batch.pad_index is not None:
-                ctx = ctx.index_select(0, batch.pad_index)
-            x = x + linear(ctx.to(x.dtype), w.o_w, w.o_b)
-            h = rms_norm(x, w.post_norm, eps)
-            gate, up = linear(h, w.gate_up_w, w.gate_up_b).split(cfg.intermediate_size, dim=-1)
-            x = x + linear(self.act(gate) * up, w.down_w, w.down_b)
+            x = decoder_layer_step(w, x, cfg, self.act, cos, sin, batch, cache, layer_id)
             if layer_id in taps:
                 out_taps[layer_id] = x
         for seg in batch.segments:
@@ -326,15 +349,20 @@ class CausalLM(nn.Module):
 
     def init_weights(self, std: float = 0.02, seed: int = 0) -> None:
         """Random initialisation for training from scratch (and for test checkpoints)."""
-        gen = torch.Generator().manual_seed(seed)
-        for name, param in self.named_parameters():
-            if name.endswith("norm.weight"):
-                nn.init.ones_(param)
-            elif name.endswith(".bias"):
-                nn.init.zeros_(param)
-            else:
-                with torch.no_grad():
-                    param.copy_(torch.randn(param.shape, generator=gen) * std)
+        init_weights(self, std, seed)
+
+
+def init_weights(module: nn.Module, std: float = 0.02, seed: int = 0) -> None:
+    """Norm weights 1, biases 0, everything else N(0, std^2), from a seeded generator."""
+    gen = torch.Generator().manual_seed(seed)
+    for name, param in module.named_parameters():
+        if any(part.endswith("norm") for part in name.split(".")[:-1]):
+            nn.init.ones_(param)
+        elif name.endswith(".bias"):
+            nn.init.zeros_(param)
+        else:
+            with torch.no_grad():
+                param.copy_(torch.randn(param.shape, generator=gen) * std)
 
 
 def check_vocab(model: CausalLM, token_id: int, what: str) -> None:

@@ -23,6 +23,9 @@ REGISTRY: dict[str, str | type] = {
     "ngram-map-k4v": "ngram_map:NgramMapK4v",
     "ngram-mod": "ngram_mod:NgramMod",
     "ngram-cache": "ngram_cache:NgramCacheProposer",
+    "draft-simple": "draft_simple:DraftSimple",
+    "draft-eagle3": "eagle3:Eagle3Proposer",
+    "draft-mtp": "mtp:MtpProposer",
     "draft-dflash": "dflash:DFlash",
     "draft-dspark": "dflash:DSpark",
 }

@@ -1,0 +1,198 @@
+"""The method table: every speculative method on the bundled model, side by side.
+
+For each --spec-type the registry knows (plus no speculation as the baseline), on code and
+free-text prompts, at temperature 0 and 1: tau (mean acceptance length = 1 + accepted draft
+tokens per verification step), acceptance per draft position, decode tokens/s and speedup
+over no speculation in the same setting. The speedup is measured in process CPU time (one
+torch thread by default), which other jobs on a shared machine do not distort; tok/s is the
+wall-clock decode rate. Drafters are found as bundled folders named
+`<target>-<suffix>` (`-draft` -> draft-simple, `-eagle3`, `-mtp`, `-dflash`, `-dspark`);
+a type whose drafter is absent is skipped with a note. At T=1 the model drafters also run
+with `--spec-draft-sample` (drafts sampled from q, verified by rejection sampling).
+Single stream (one slot), requests one after another. Prints the table and writes JSON.
+
+    .venv/bin/python benchmarks/method_table.py [--n-tokens 128] [--out runs/method_table.json]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import time
+from pathlib import Path
+
+import torch
+
+from specserve import LLM, SamplingParams
+from specserve.errors import SpecServeError
+from specserve.llm import BUNDLED_DIR, BUNDLED_MODEL
+from specserve.spec.registry import available_types
+
+PROMPT_SETS = {
+    "code": [
+        "import os\nimport sys\n\n\ndef main(argv):\n",
+        "class LRUCache:\n    \"\"\"A least-recently-used cache.\"\"\"\n\n    def __init__(self, capacity):\n",
+        "def parse_header(line):\n    \"\"\"Parse a Content-type like header.\"\"\"\n",
+        "    def test_roundtrip(self):\n        data = b'hello world'\n",
+        "def _format_time(seconds):\n",
+        "from collections import namedtuple\n\nPoint = namedtuple('Point', ['x', 'y'])\n\n\n",
+        "    try:\n        import zlib\n    except ImportError:\n",
+        "def walk(top, topdown=True, onerror=None):\n",
+    ],
+    "free-text": [
+        "The history of the city begins with a small fishing village on the river, where",
+        "Dear team, thank you all for the hard work this quarter. Before the holidays I would like to",
+        "To make a good cup of tea, first boil fresh water, then",
+        "In this chapter we describe how the committee reached its decision and why",
+        "The weather forecast for the weekend says that",
+        "She opened the old letter slowly and read the first line again:",
+        "A short guide to planting tomatoes in a small garden.\n\n",
+        "Once upon a time, in a kingdom far away, there lived a",
+    ],
+}
+
+SUFFIX_TYPES = {"draft": "draft-simple", "eagle3": "draft-eagle3", "mtp": "draft-mtp", "dflash": "draft-dflash",
+                "dspark": "draft-dspark"}
+MODEL_DRAFTERS = ("draft-simple", "draft-eagle3", "draft-mtp")
+
+
+def bundled_drafters(target: Path) -> dict[str, Path]:
+    """spec type -> drafter folder, from folders named <target>-<suffix> next to the target."""
+    found = {}
+    for folder in sorted(BUNDLED_DIR.glob(f"{target.name}-*")):
+        suffix = folder.name[len(target.name) + 1:]
+        spec_type = SUFFIX_TYPES.get(suffix, f"draft-{suffix}")
+        if folder.is_dir() and (folder / "config.json").is_file():
+            found[spec_type] = folder
+    return found
+
+
+def configurations(target: Path):
+    """(label, spec type, draft folder, extra options, temperatures) for every known type; plus skip notes."""
+    drafters = bundled_drafters(target)
+    configs, skipped = [("no speculation", "none", None, {}, (0.0, 1.0))], []
+    for spec_type in available_types():
+        if spec_type == "none":
+            continue
+        needs_folder = spec_type.startswith("draft-") and spec_type != "draft-mtp"
+        folder = drafters.get(spec_type)
+        if needs_folder and folder is None:
+            skipped.append((spec_type, f"no bundled drafter folder {target.name}-<suffix> for it"))
+            continue
+        configs.append((spec_type, spec_type, folder, {}, (0.0, 1.0)))
+        if spec_type in MODEL_DRAFTERS:
+            configs.append((f"{spec_type} + q", spec_type, folder, {"spec_draft_sample": True}, (1.0,)))
+    return configs, skipped
+
+
+def run_set(llm, prompts, temperature, n_tokens, seed=0):
+    params = [SamplingParams(temperature=temperature, max_tokens=n_tokens, ignore_eos=True, seed=seed + i)
+              for i in range(len(prompts))]
+    cpu0 = time.process_time()
+    outs = [llm.generate(p, sp)[0] for p, sp in zip(prompts, params)]       # one request at a time
+    cpu_s = time.process_time() - cpu0
+    steps = sum(o.spec.get("verify_steps", 0) for o in outs)
+    accepted = sum(o.spec.get("accepted", 0) for o in outs)
+    drafted = sum(o.spec.get("drafted", 0) for o in outs)
+    per_pos: list[int] = []
+    for o in outs:
+        for i, c in enumerate(o.spec.get("accepted_per_pos", [])):
+            if len(per_pos) <= i:
+                per_pos.append(0)
+            per_pos[i] += c
+    tokens = sum(o.timings["predicted_n"] for o in outs)
+    ms = sum(o.timings["predicted_ms"] for o in outs)
+    after_first = tokens - len(outs)              # tokens produced by decode steps (the first comes from prefill)
+    return {"tau": 1 + accepted / steps if steps else 1.0,
+            "tokens_per_forward": after_first / max(after_first - accepted, 1), "verify_steps": steps,
+            "drafted": drafted,
+            "accepted": accepted, "acceptance_per_position": [round(c / steps, 3) for c in per_pos] if steps else [],
+            "tokens": tokens, "tokens_per_s": 1000 * after_first / ms if ms else 0.0, "cpu_s": cpu_s,
+            "token_ids": [o.token_ids for o in outs]}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("-m", "--model", default=str(BUNDLED_MODEL))
+    parser.add_argument("-n", "--n-tokens", type=int, default=128)
+    parser.add_argument("--n-max", type=int, default=3, help="--spec-draft-n-max for the draft-* types")
+    parser.add_argument("--sets", default="code,free-text")
+    parser.add_argument("--temperatures", default="0,1")
+    parser.add_argument("-t", "--threads", type=int, default=1,
+                        help="torch threads (default 1, so that CPU time measures the work)")
+    parser.add_argument("--repeats", type=int, default=1, help="runs per setting; the fastest (CPU time) is kept")
+    parser.add_argument("--out", default="runs/method_table.json")
+    args = parser.parse_args()
+    if args.threads > 0:
+        torch.set_num_threads(args.threads)
+    target = Path(args.model)
+    temps = [float(t) for t in args.temperatures.split(",")]
+    sets = args.sets.split(",")
+    configs, skipped = configurations(target)
+    results, t_start = [], time.perf_counter()
+    baseline: dict[tuple, dict] = {}
+    for label, spec_type, folder, extra, config_temps in configs:
+        try:
+            llm = LLM(target, draft_model=folder, spec_type=spec_type, spec_draft_n_max=args.n_max, **extra)
+        except SpecServeError as exc:
+            skipped.append((label, str(exc)))
+            continue
+        prompts = {name: [llm.tokenizer.encode(p) for p in PROMPT_SETS[name]] for name in sets}
+        llm.generate(prompts[sets[0]][0], SamplingParams(temperature=0, max_tokens=8))       # warm-up
+        for temp in [t for t in temps if t in config_temps]:
+            for name in sets:
+                r = min((run_set(llm, prompts[name], temp, args.n_tokens) for _ in range(args.repeats)),
+                        key=lambda x: x["cpu_s"])
+                token_ids = r.pop("token_ids")
+                if spec_type == "none":
+                    baseline[(name, temp)] = {"cpu_s": r["cpu_s"], "token_ids": token_ids}
+                base = baseline[(name, temp)]
+                r["speedup"] = base["cpu_s"] / r["cpu_s"]
+                if temp == 0:
+                    r["same_tokens_as_baseline"] = token_ids == base["token_ids"]
+                results.append({"method": label, "spec_type": spec_type, "drafter": str(folder) if folder else None,
+                                "set": name, "temperature": temp, **r})
+                print(f"  {label:<22} {name:<9} T={temp:g}: tau {r['tau']:.2f} {r['tokens_per_s']:7.1f} tok/s "
+                      f"cpu {r['cpu_s']:.2f}s speedup x{r['speedup']:.2f}", flush=True)
+    print_table(results, sets, temps, target, args, skipped)
+    out = {"model": str(target), "n_tokens": args.n_tokens, "n_max": args.n_max, "threads": torch.get_num_threads(),
+           "machine": platform.processor(), "minutes": (time.perf_counter() - t_start) / 60, "results": results,
+           "skipped": [{"method": m, "reason": r} for m, r in skipped]}
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps(out, indent=2))
+    print(f"\nwrote {args.out}")
+
+
+def print_table(results, sets, temps, target, args, skipped) -> None:
+    print(f"\nmethod table: {target.name}, {args.n_tokens} tokens per prompt, {len(PROMPT_SETS[sets[0]])} prompts "
+          f"per set, --spec-draft-n-max {args.n_max}, single stream, {torch.get_num_threads()} threads\n")
+    cols = [(s, t) for t in temps for s in sets]
+    head = f"{'method':<22}" + "".join(f" | {s} T={t:g}".ljust(22) for s, t in cols)
+    print(head)
+    print(f"{'':<22}" + "".join(f" | {'tau':>6} {'speedup':>8}".ljust(22) for _ in cols))
+    print("-" * len(head))
+    by = {(r["method"], r["set"], r["temperature"]): r for r in results}
+    for method in dict.fromkeys(r["method"] for r in results):
+        cells = []
+        for s, t in cols:
+            r = by.get((method, s, t))
+            cells.append(f" | {r['tau']:6.2f} {r['speedup']:7.2f}x".ljust(22) if r else " | " + "-".ljust(19))
+        print(f"{method:<22}" + "".join(cells))
+    print("\ntokens per target decode forward (code T=0 / free-text T=0), counting steps without a draft:")
+    for method in dict.fromkeys(r["method"] for r in results):
+        vals = [by[(method, s, temps[0])]["tokens_per_forward"] for s in sets if (method, s, temps[0]) in by]
+        if vals:
+            print(f"  {method:<22} " + " / ".join(f"{v:.2f}" for v in vals))
+    print("\nacceptance per draft position (code, T=0):")
+    for r in results:
+        if r["set"] == sets[0] and r["temperature"] == temps[0] and r["acceptance_per_position"]:
+            print(f"  {r['method']:<22} {', '.join(f'{p:.3f}' for p in r['acceptance_per_position'][:8])}")
+    lossy = [r["method"] for r in results if r.get("same_tokens_as_baseline") is False]
+    print("\ngreedy output identical to no speculation: " + ("yes, every method" if not lossy else
+                                                           f"NO for {', '.join(lossy)}"))
+    for method, reason in skipped:
+        print(f"skipped {method}: {reason}")
+
+
+if __name__ == "__main__":
+    main()

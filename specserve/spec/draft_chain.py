@@ -1,0 +1,139 @@
+"""Batched autoregressive drafting shared by the model drafters (draft-simple, draft-eagle3, draft-mtp).
+
+llama.cpp's draft loop (reference llamacpp_spec 5.5-5.7), for all drafting slots at once:
+each step runs ONE draft forward over every still-drafting slot's rows; each slot then
+looks at the top-10 candidates of its output row (softmax over those 10 at T=1), stops
+before a token whose probability is below `--spec-draft-p-min`, appends the top-1 token,
+and stops at `--spec-draft-n-max` (or the caller's cap). Drafts shorter than
+`--spec-draft-n-min` are dropped. With `--spec-draft-sample` and a request temperature
+T > 0 the token is instead sampled from softmax(top-10 / T) and that distribution is
+passed on as `Draft.q_probs`, so the verifier can use true rejection sampling.
+
+A drafter provides a `step` function: given a StepBatch whose output rows are the last
+row of each slot's segment (and, for hidden-state drafters, one input hidden row per
+batch row), it returns the logits of the output rows and, optionally, the hidden state
+to feed back with the next token.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+
+from ..errors import OptionError
+from ..models.step_batch import StepBatch
+from .base import Draft, DraftRequest
+
+TOP_K = 10
+# longest first-step segment per slot; longer catch-ups (a fresh prompt) are fed in chunks first
+MAX_CATCH_UP_ROWS = 256
+
+
+@dataclass
+class DraftSettings:
+    n_max: int
+    n_min: int
+    p_min: float
+    sample: bool
+
+    @classmethod
+    def from_options(cls, options: dict) -> "DraftSettings":
+        s = cls(int(options.get("spec_draft_n_max", 3)), int(options.get("spec_draft_n_min", 0)),
+                float(options.get("spec_draft_p_min", 0.0)), bool(options.get("spec_draft_sample", False)))
+        if s.n_max < 1:
+            raise OptionError(f"--spec-draft-n-max must be >= 1, got {s.n_max}")
+        if s.n_min < 0:
+            raise OptionError(f"--spec-draft-n-min must be >= 0, got {s.n_min}")
+        if not 0.0 <= s.p_min <= 1.0:
+            raise OptionError(f"--spec-draft-p-min must be in [0, 1], got {s.p_min}")
+        return s
+
+
+@dataclass
+class ChainRows:
+    """The rows one slot feeds in the first draft step: catch-up rows, then the last sampled token."""
+    slot: int
+    tokens: torch.Tensor                 # [n] int64 target token ids
+    pos0: int                            # position of tokens[0]
+    hidden: torch.Tensor | None = None   # [n, H] input hidden rows (hidden-state drafters)
+
+
+StepFn = Callable[[StepBatch, "torch.Tensor | None"], "tuple[torch.Tensor | None, torch.Tensor | None]"]
+
+
+def pick_tokens(logits: torch.Tensor, requests: list[DraftRequest], settings: DraftSettings,
+                id_map: torch.Tensor | None, vocab_size: int):
+    """Top-10 pick per row. Returns (target token ids [S], top-1 probability [S], q rows or None per row)."""
+    logits = logits.float()
+    k = min(TOP_K, logits.shape[-1])
+    values, ids = torch.topk(logits, k, dim=-1)
+    probs = torch.softmax(values, dim=-1)
+    chosen = logits.argmax(dim=-1)            # the top-1; on ties the lowest id, unlike topk's order
+    if id_map is not None:
+        ids, chosen = id_map[ids], id_map[chosen]
+    q_rows: list[torch.Tensor | None] = [None] * len(requests)
+    if settings.sample:
+        for i, req in enumerate(requests):
+            if req.temperature > 0:
+                q_top = torch.softmax(values[i] / req.temperature, dim=-1)
+                pick = int(torch.multinomial(q_top, 1, generator=req.generator))
+                chosen[i] = ids[i, pick]
+                q_rows[i] = torch.zeros(vocab_size).index_copy_(0, ids[i], q_top)
+    return chosen.tolist(), probs[:, 0].tolist(), q_rows
+
+
+def _feed_long_catch_ups(first: list[ChainRows], step: StepFn) -> None:
+    """Feed all but the last MAX_CATCH_UP_ROWS rows of long segments, one batched forward per chunk."""
+    while True:
+        long_rows = [r for r in first if r.tokens.shape[0] > MAX_CATCH_UP_ROWS]
+        if not long_rows:
+            return
+        n = MAX_CATCH_UP_ROWS
+        batch = StepBatch.build([(r.slot, r.tokens[:n], r.pos0) for r in long_rows], [])
+        hidden = None if long_rows[0].hidden is None else torch.cat([r.hidden[:n] for r in long_rows])
+        step(batch, hidden)
+        for r in long_rows:
+            r.tokens, r.pos0 = r.tokens[n:], r.pos0 + n
+            if r.hidden is not None:
+                r.hidden = r.hidden[n:]
+
+
+def run_chain(requests: list[DraftRequest], first: list[ChainRows], step: StepFn, settings: DraftSettings,
+              vocab_size: int, id_map: torch.Tensor | None = None) -> dict[int, Draft]:
+    """Draft for every slot in `first` (a subset of `requests`), one forward per draft step."""
+    by_slot = {r.slot: r for r in requests}
+    tokens: dict[int, list[int]] = {r.slot: [] for r in first}
+    q_probs: dict[int, list[torch.Tensor]] = {r.slot: [] for r in first}
+    _feed_long_catch_ups(first, step)
+    rows = first
+    hidden = None if not first or first[0].hidden is None else torch.cat([r.hidden for r in first])
+    while rows:
+        outputs, end = [], 0
+        for r in rows:
+            end += r.tokens.shape[0]
+            outputs.append(end - 1)
+        batch = StepBatch.build([(r.slot, r.tokens, r.pos0) for r in rows], outputs)
+        logits, next_hidden = step(batch, hidden)
+        reqs = [by_slot[r.slot] for r in rows]
+        chosen, top_prob, q_rows = pick_tokens(logits, reqs, settings, id_map, vocab_size)
+        next_rows, keep = [], []
+        for i, (r, req) in enumerate(zip(rows, reqs)):
+            if top_prob[i] < settings.p_min:
+                continue
+            tokens[r.slot].append(chosen[i])
+            if q_rows[i] is not None:
+                q_probs[r.slot].append(q_rows[i])
+            cap = settings.n_max if req.n_max <= 0 else min(settings.n_max, req.n_max)
+            if len(tokens[r.slot]) >= cap:
+                continue
+            next_rows.append(ChainRows(r.slot, torch.tensor([chosen[i]]), r.pos0 + r.tokens.shape[0]))
+            keep.append(i)
+        rows = next_rows
+        hidden = next_hidden[keep] if next_hidden is not None and keep else None
+    drafts = {}
+    for slot, toks in tokens.items():
+        if toks and len(toks) >= settings.n_min:
+            qs = q_probs[slot]
+            drafts[slot] = Draft(toks, torch.stack(qs) if len(qs) == len(toks) else None)
+    return drafts

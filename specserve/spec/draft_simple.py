@@ -1,0 +1,70 @@
+"""draft-simple: a separate small model of the same vocabulary drafts autoregressively
+(llama.cpp `common_speculative_impl_draft_simple`, reference llamacpp_spec 5.5).
+
+The draft model is loaded with the target's model code (`-md DIR`, any supported family)
+and keeps its own KV cache with one slot per engine slot. It is fed lazily: before
+drafting, each slot's draft cache is compared with the committed tokens, rolled back to
+the longest common prefix (that drops rejected draft rows) and fed what it has not seen,
+followed by the last sampled token, in the first step of the batched draft loop.
+"""
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from ..errors import OptionError
+from ..models.step_batch import StepBatch
+from ..models.transformer import CausalLM
+from .base import Draft, DraftRequest, Proposer, ProposerContext
+from .draft_chain import ChainRows, DraftSettings, run_chain
+from .vocab_compat import check_vocab_compatible
+
+
+class DraftSimple(Proposer):
+    name = "draft-simple"
+
+    def __init__(self, ctx: ProposerContext):
+        super().__init__(ctx)
+        if not ctx.draft_model_dir:
+            raise OptionError("--spec-type draft-simple needs a draft model: -md / --spec-draft-model DIR")
+        target = ctx.target
+        self.settings = DraftSettings.from_options(ctx.options)
+        self.model = CausalLM.from_pretrained(ctx.draft_model_dir, dtype=target.dtype, device=target.device)
+        check_vocab_compatible(ctx.tokenizer, target.config.vocab_size, ctx.draft_model_dir,
+                               self.model.config.vocab_size)
+        self.target_vocab = target.config.vocab_size
+        self.draft_vocab = self.model.config.vocab_size
+        self.cache = self.model.new_cache(ctx.n_slots, ctx.max_ctx)
+        # the tokens whose rows are in each slot's draft cache (valid up to cache.length(slot))
+        self.seen = np.zeros((ctx.n_slots, self.cache.capacity + 1), dtype=np.int64)
+
+    def _catch_up_rows(self, req: DraftRequest) -> ChainRows:
+        seq = np.append(req.tokens, req.id_last)
+        n = min(self.cache.length(req.slot), len(seq) - 1)     # id_last is always fed: its row drafts d1
+        diff = np.flatnonzero(self.seen[req.slot, :n] != seq[:n])
+        common = int(diff[0]) if diff.size else n
+        self.cache.truncate(req.slot, common)
+        return ChainRows(req.slot, torch.from_numpy(seq[common:].copy()), common)
+
+    def _step(self, batch: StepBatch, hidden):
+        tokens = batch.tokens
+        for seg in batch.segments:
+            self.seen[seg.slot, seg.pos0:seg.pos0 + seg.n_rows] = tokens[seg.start:seg.start + seg.n_rows].numpy()
+        if self.draft_vocab < self.target_vocab:
+            # a target token the draft cannot embed is fed as id 0 (the draft still runs; only quality suffers)
+            batch.tokens = torch.where(tokens < self.draft_vocab, tokens, torch.zeros_like(tokens))
+        out = self.model.forward_step(batch, self.cache)
+        logits = out.logits
+        if logits is not None and self.draft_vocab > self.target_vocab:
+            logits = logits[:, :self.target_vocab]          # never draft a token the target cannot take
+        return logits, None
+
+    def draft(self, requests: list[DraftRequest]) -> dict[int, Draft]:
+        first = [self._catch_up_rows(req) for req in requests]
+        return run_chain(requests, first, self._step, self.settings, self.target_vocab)
+
+    def release(self, slot: int) -> None:
+        self.cache.clear(slot)
+
+    def max_draft(self) -> int:
+        return self.settings.n_max

@@ -1,0 +1,37 @@
+"""draft-eagle3: an EAGLE-3 head drafts from the target's hidden states (reference eagle3_mtp 1,
+llamacpp_spec 5.6). `-md DIR` is the draft folder in any public layout (models/eagle3_format.py).
+
+The head reads the residual stream at the target layers its checkpoint names (taps), projects
+them with `fc`, and chains on its own hidden state; the pending-row bookkeeping is shared with
+draft-mtp (hidden_chain.py). Drafted ids of a reduced draft vocabulary are mapped with d2t.
+"""
+from __future__ import annotations
+
+import torch
+
+from ..errors import OptionError
+from ..models.eagle3_format import load_eagle3
+from .base import ProposerContext, TargetBatch
+from .hidden_chain import HiddenChainProposer
+
+
+class Eagle3Proposer(HiddenChainProposer):
+    name = "draft-eagle3"
+
+    def __init__(self, ctx: ProposerContext):
+        super().__init__(ctx)
+        if not ctx.draft_model_dir:
+            raise OptionError("--spec-type draft-eagle3 needs the EAGLE-3 draft: -md / --spec-draft-model DIR")
+        self.head, taps = load_eagle3(ctx.draft_model_dir, ctx.target)
+        self.feature_taps = taps                     # concatenation order of the checkpoint
+        self.taps = tuple(sorted(set(taps)))
+        self.needs_final_hidden = not self.head.opts.use_aux
+        self.cache = self.head.new_cache(ctx.n_slots, ctx.max_ctx)
+        if self.head.opts.draft_vocab_size != self.target_vocab or bool(self.head.d2t.any()):
+            self.id_map = self.head.target_ids()
+
+    def features(self, batch: TargetBatch) -> torch.Tensor:
+        out = batch.out
+        if not self.head.opts.use_aux:
+            return out.final_hidden
+        return self.head.project([out.taps[t] for t in self.feature_taps])

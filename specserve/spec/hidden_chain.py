@@ -1,0 +1,163 @@
+"""Shared serving logic of the hidden-state drafters (draft-eagle3, draft-mtp).
+
+Both heads consume pairs (token at position P+1, target feature at position P) written
+at draft memory position P, in their own one-slot-per-engine-slot KV cache, and chain on
+their own output hidden state (reference eagle3_mtp 1.6, 3.1; llamacpp_spec 5.6, 5.7).
+
+Bookkeeping per slot, as llama.cpp does it:
+  * `process(batch)`: the rows of each slot's segment give features f[0..n-1]. Pairs
+    (tok[k+1], f[k]) are complete and queued; the last row's token successor is not known
+    yet, so (f[n-1], its position) becomes the *pending* row. A previous pending row is
+    completed with the segment's first token.
+  * `accept(slot, n_accepted)`: only the first 1 + n_accepted verify rows were kept, so the
+    pending row becomes verify row n_accepted and queued pairs past it are dropped.
+  * `draft()`: the queued rows plus the seed row (id_last, pending feature) are fed in the
+    first step of the batched chain (draft_chain.run_chain); rows the draft cache already
+    holds correctly are never fed twice, stale chain rows are truncated away.
+The features are computed once per target batch for all of its rows (one matmul).
+"""
+from __future__ import annotations
+
+import logging
+
+import torch
+
+from ..models.step_batch import StepBatch
+from .base import Draft, DraftRequest, Proposer, ProposerContext, TargetBatch
+from .draft_chain import ChainRows, DraftSettings, run_chain
+
+log = logging.getLogger("specserve.spec")
+
+
+class SlotRows:
+    """One slot's queued (token, feature) pairs and its pending row."""
+
+    def __init__(self):
+        self.reset()
+
+    def reset(self) -> None:
+        self.tokens: list[torch.Tensor] = []
+        self.hidden: list[torch.Tensor] = []
+        self.queue_pos0 = 0                  # position of the first queued row
+        self.n_queued = 0
+        self.pending: torch.Tensor | None = None
+        self.pending_pos = -1
+        self.verify_pos0 = -1
+        self.verify_hidden: torch.Tensor | None = None
+        self.fed = 0                         # draft cache rows [0, fed) are known correct
+        self.broken = False                  # state lost mid-request: no drafts until the next request
+
+    def queue(self, tokens: torch.Tensor, hidden: torch.Tensor, pos0: int) -> None:
+        skip = max(0, self.fed - pos0)       # rows the draft cache already holds
+        if skip >= tokens.shape[0]:
+            return
+        tokens, hidden, pos0 = tokens[skip:], hidden[skip:], pos0 + skip
+        if self.n_queued == 0:
+            self.queue_pos0 = pos0
+        elif pos0 != self.queue_pos0 + self.n_queued:
+            raise RuntimeError(f"draft rows are not contiguous: queued up to position "
+                               f"{self.queue_pos0 + self.n_queued}, next at {pos0}")
+        self.tokens.append(tokens)
+        self.hidden.append(hidden)
+        self.n_queued += tokens.shape[0]
+
+    def drop_from(self, pos: int) -> None:
+        """Forget queued rows at positions >= pos."""
+        keep = pos - self.queue_pos0
+        if self.n_queued <= keep:
+            return
+        if keep <= 0:
+            self.tokens, self.hidden, self.n_queued = [], [], 0
+            return
+        tokens, hidden = torch.cat(self.tokens), torch.cat(self.hidden)
+        self.tokens, self.hidden, self.n_queued = [tokens[:keep]], [hidden[:keep]], keep
+
+
+class HiddenChainProposer(Proposer):
+    """Base class: subclasses load `self.head` (forward_step over a StepBatch), make `self.cache`
+    with `self.head.new_cache`, and implement `features()`."""
+
+    id_map: torch.Tensor | None = None      # draft vocabulary id -> target id (EAGLE-3 d2t)
+
+    def __init__(self, ctx: ProposerContext):
+        super().__init__(ctx)
+        self.settings = DraftSettings.from_options(ctx.options)
+        self.slots = [SlotRows() for _ in range(ctx.n_slots)]
+        self.target_vocab = ctx.target.config.vocab_size
+
+    # subclasses -----------------------------------------------------------------
+    def features(self, batch: TargetBatch) -> torch.Tensor:
+        """[N, H] input hidden rows for every row of the target batch."""
+        raise NotImplementedError
+
+    def head_step(self, batch: StepBatch, hidden: torch.Tensor):
+        """(logits of the output rows [n_out, V or Vd], next hidden of the output rows)."""
+        return self.head.forward_step(batch, hidden, self.cache)
+
+    def clear_cache(self, slot: int) -> None:
+        self.cache.clear(slot)
+
+    def truncate_cache(self, slot: int, length: int) -> bool:
+        if self.cache.length(slot) < length:
+            return False
+        self.cache.truncate(slot, length)
+        return True
+
+    # Proposer -------------------------------------------------------------------
+    def process(self, batch: TargetBatch) -> None:
+        feats = self.features(batch)
+        tokens = batch.step.tokens
+        for seg in batch.step.segments:
+            st = self.slots[seg.slot]
+            if seg.pos0 == 0:
+                st.reset()
+                self.clear_cache(seg.slot)
+            if st.broken:
+                continue
+            toks = tokens[seg.start:seg.start + seg.n_rows]
+            rows = feats[seg.start:seg.start + seg.n_rows]
+            try:
+                if st.pending is not None and st.pending_pos == seg.pos0 - 1:
+                    st.queue(toks[:1], st.pending[None], st.pending_pos)
+                if seg.n_rows > 1:
+                    st.queue(toks[1:], rows[:-1], seg.pos0)
+            except RuntimeError:
+                log.exception("draft state of slot %d lost; it drafts again from its next request", seg.slot)
+                st.reset()
+                st.broken = True
+                continue
+            st.pending, st.pending_pos = rows[-1], seg.pos0 + seg.n_rows - 1
+            st.verify_pos0, st.verify_hidden = seg.pos0, rows
+
+    def accept(self, slot: int, n_accepted: int, is_other: bool) -> None:
+        st = self.slots[slot]
+        if st.verify_hidden is None:
+            return
+        i = min(n_accepted, st.verify_hidden.shape[0] - 1)
+        st.pending, st.pending_pos = st.verify_hidden[i], st.verify_pos0 + i
+        st.drop_from(st.pending_pos)
+
+    def draft(self, requests: list[DraftRequest]) -> dict[int, Draft]:
+        first = []
+        for req in requests:
+            st = self.slots[req.slot]
+            if st.broken or st.pending is None or st.pending_pos != req.pos0 - 1:
+                continue
+            start = st.queue_pos0 if st.n_queued else st.pending_pos
+            if start != min(st.fed, st.pending_pos) or not self.truncate_cache(req.slot, start):
+                continue
+            tokens = torch.cat(st.tokens + [torch.tensor([req.id_last])])
+            hidden = torch.cat(st.hidden + [st.pending[None]])
+            first.append(ChainRows(req.slot, tokens, start, hidden))
+            st.tokens, st.hidden, st.n_queued = [], [], 0
+            st.fed = st.pending_pos + 1          # the seed row pairs the pending feature with id_last: final
+        if not first:
+            return {}
+        return run_chain(requests, first, self.head_step, self.settings, self.target_vocab, self.id_map)
+
+    def release(self, slot: int) -> None:
+        self.slots[slot].reset()
+        self.clear_cache(slot)
+
+    def max_draft(self) -> int:
+        return self.settings.n_max

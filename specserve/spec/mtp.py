@@ -1,0 +1,28 @@
+"""draft-mtp: the target's own multi-token-prediction head drafts (reference eagle3_mtp 3,
+llamacpp_spec 5.7). The head is read from the target checkpoint, or from `-md DIR`, a
+head-only folder merged over the target checkpoint (models/mtp_format.py).
+
+Each row pairs the next token with the target's final (post-norm) hidden state; chained
+steps reuse the one head and feed back its own post-norm output. The pending-row
+bookkeeping is shared with draft-eagle3 (hidden_chain.py).
+"""
+from __future__ import annotations
+
+import torch
+
+from ..models.mtp_format import load_mtp_head
+from .base import ProposerContext, TargetBatch
+from .hidden_chain import HiddenChainProposer
+
+
+class MtpProposer(HiddenChainProposer):
+    name = "draft-mtp"
+    needs_final_hidden = True
+
+    def __init__(self, ctx: ProposerContext):
+        super().__init__(ctx)
+        self.head = load_mtp_head(ctx.target, ctx.draft_model_dir)
+        self.cache = self.head.new_cache(ctx.n_slots, ctx.max_ctx)
+
+    def features(self, batch: TargetBatch) -> torch.Tensor:
+        return batch.out.final_hidden

@@ -1,0 +1,141 @@
+"""draft-simple: vocabulary compatibility, the batched draft loop's p_min / n_min / n_max rules,
+greedy losslessness, and sampled losslessness with q (rejection sampling)."""
+import json
+import shutil
+
+import pytest
+import torch
+
+from draft_fixtures import perturbed_copy
+from helpers import write_model, write_tokenizer
+from specserve import LLM, SamplingParams
+from specserve.errors import IncompatibleDraftError, OptionError
+from specserve.models.tokenizer import Tokenizer
+from specserve.spec.base import DraftRequest
+from specserve.spec.draft_chain import ChainRows, DraftSettings, run_chain
+from specserve.spec.vocab_compat import check_vocab_compatible
+from test_sampled_lossless import PARAMS, PROMPT, VOCAB, chi_square_p_value, exact_pair_distribution
+
+PROMPTS = [[5, 9, 12, 5, 9, 12, 5, 9], list(range(60, 90)), [7] * 12, [3, 1, 4, 1, 5, 9, 2, 6], [250, 251]]
+
+
+# ---------------------------------------------------------------------------- vocabulary check
+def test_vocabulary_compatibility(tmp_path, tiny_qwen3):
+    tok = Tokenizer(tiny_qwen3)
+    check_vocab_compatible(tok, 320, tiny_qwen3, 320)
+    check_vocab_compatible(tok, 320, tiny_qwen3, 320 + 128)             # padding rows are allowed
+    with pytest.raises(IncompatibleDraftError, match="differs from the target's 320 by 129"):
+        check_vocab_compatible(tok, 320, tiny_qwen3, 320 + 129)
+    other = tmp_path / "other"
+    write_tokenizer(other, vocab_size=300)
+    data = json.loads((other / "tokenizer.json").read_text())
+    vocab = data["model"]["vocab"]
+    swapped = {v: k for k, v in vocab.items()}
+    a, b = swapped[40], swapped[41]                  # swap two ordinary tokens: the first mismatch is id 40
+    vocab[a], vocab[b] = 41, 40
+    (other / "tokenizer.json").write_text(json.dumps(data))
+    with pytest.raises(IncompatibleDraftError, match="token 40 is"):
+        check_vocab_compatible(tok, 320, other, 320)
+    cfg = json.loads((other / "tokenizer_config.json").read_text())
+    shutil.copy(tiny_qwen3 / "tokenizer.json", other / "tokenizer.json")
+    (other / "tokenizer_config.json").write_text(json.dumps({**cfg, "add_bos_token": True, "bos_token": "<|im_start|>"}))
+    with pytest.raises(IncompatibleDraftError, match="add_bos_token"):
+        check_vocab_compatible(tok, 320, other, 320)
+    (other / "tokenizer.json").unlink()
+    with pytest.raises(IncompatibleDraftError, match="no tokenizer.json"):
+        check_vocab_compatible(tok, 320, other, 320)
+
+
+def test_incompatible_draft_model_is_refused(tmp_path, tiny_qwen3):
+    big = write_model(tmp_path / "big", "qwen3", vocab_size=512)
+    with pytest.raises(IncompatibleDraftError, match="vocabulary size 512"):
+        LLM(tiny_qwen3, spec_type="draft-simple", draft_model=big)
+    with pytest.raises(OptionError, match="needs a draft model"):
+        LLM(tiny_qwen3, spec_type="draft-simple")
+
+
+# ---------------------------------------------------------------------------- the draft loop
+def _fixed_step(top_probs_per_step):
+    """A step whose output rows have top-10 softmax top-1 prob given per step (token = 10 + step)."""
+    calls = []
+
+    def step(batch, hidden):
+        i = len(calls)
+        calls.append(batch)
+        n = batch.output_rows.numel()
+        p = top_probs_per_step[i]
+        logits = torch.full((n, 50), -1e9)
+        logits[:, :10] = 0.0
+        # top-1 prob p among 10 candidates: e^x / (e^x + 9) = p
+        logits[:, 10 + i if 10 + i < 50 else 0] = float(torch.log(torch.tensor(9 * p / (1 - p))))
+        return logits, None
+    return step, calls
+
+
+def _req(slot, n_max=0, temperature=0.0):
+    return DraftRequest(slot, n_max, 4, 3, torch.arange(4).numpy(), temperature, torch.Generator().manual_seed(slot))
+
+
+def test_draft_loop_rules():
+    first = lambda: [ChainRows(0, torch.tensor([1, 2, 3]), 2), ChainRows(1, torch.tensor([3]), 5)]  # noqa: E731
+    step, calls = _fixed_step([0.9, 0.9, 0.9, 0.9, 0.9])
+    drafts = run_chain([_req(0), _req(1, n_max=2)], first(), step, DraftSettings(4, 0, 0.0, False), 50)
+    assert drafts[0].tokens == [10, 11, 12, 13] and drafts[1].tokens == [10, 11]   # n_max 4, caller cap 2
+    assert len(calls) == 4                                     # one forward per step for both slots
+    assert calls[0].segments[0].n_rows == 3 and calls[1].n_tokens == 2 and calls[2].n_tokens == 1
+    assert calls[1].positions.tolist() == [5, 6]               # each slot continues after its own rows
+    step, _ = _fixed_step([0.9, 0.5, 0.9])
+    drafts = run_chain([_req(0)], first()[:1], step, DraftSettings(4, 0, 0.6, False), 50)
+    assert drafts[0].tokens == [10]                            # stops BEFORE the token below p_min
+    step, _ = _fixed_step([0.9, 0.5, 0.9])
+    assert run_chain([_req(0)], first()[:1], step, DraftSettings(4, 2, 0.6, False), 50) == {}   # shorter than n_min
+
+
+def test_sampled_drafts_carry_their_distribution():
+    step, _ = _fixed_step([0.6, 0.6, 0.6])
+    drafts = run_chain([_req(0, temperature=0.7)], [ChainRows(0, torch.tensor([1]), 0)], step,
+                       DraftSettings(3, 0, 0.0, True), 50)
+    d = drafts[0]
+    assert d.q_probs.shape == (3, 50)
+    assert torch.allclose(d.q_probs.sum(-1), torch.ones(3))
+    assert all(d.q_probs[i, t] > 0 for i, t in enumerate(d.tokens))
+    assert (d.q_probs[0] > 0).sum() == 10                      # the top-10 support
+
+
+# ---------------------------------------------------------------------------- lossless
+@pytest.fixture(scope="module")
+def near_draft(tmp_path_factory, tiny_qwen3):
+    return perturbed_copy(tiny_qwen3, tmp_path_factory.mktemp("near") / "m", noise=0.004)
+
+
+def test_greedy_identical_with_and_without_draft_model(tiny_qwen3, near_draft, tmp_path):
+    far_draft = write_model(tmp_path / "far", "qwen3", seed=9, std=0.25, num_hidden_layers=1)
+    params = SamplingParams(temperature=0, max_tokens=32, ignore_eos=True)
+    reference = [o.token_ids for o in LLM(tiny_qwen3).generate(PROMPTS, params)]
+    for draft, n_max in ((near_draft, 5), (far_draft, 3)):
+        for n_parallel in (1, 3):
+            llm = LLM(tiny_qwen3, spec_type="draft-simple", draft_model=draft, n_parallel=n_parallel,
+                      spec_draft_n_max=n_max, n_batch=24)
+            for order in (list(range(len(PROMPTS))), list(reversed(range(len(PROMPTS))))):
+                outs = llm.generate([PROMPTS[i] for i in order], params)
+                assert [o.token_ids for o in outs] == [reference[i] for i in order]
+            stats = llm.engine.driver.stats_dict()["draft-simple"]
+            assert stats["n_gen_tokens"] > 0
+            if draft is near_draft:
+                assert 0.3 * stats["n_gen_tokens"] < stats["n_acc_tokens"] < stats["n_gen_tokens"]
+
+
+@pytest.mark.parametrize("sample", [False, True])
+def test_sampled_output_has_target_distribution(tmp_path, sample):
+    target = write_model(tmp_path / "t", "qwen3", seed=11, std=0.6, tokenizer=False, vocab_size=VOCAB)
+    draft = perturbed_copy(target, tmp_path / "d", noise=0.1)
+    llm = LLM(target, spec_type="draft-simple", draft_model=draft, n_parallel=16, ctx_size=64,
+              spec_draft_n_max=2, spec_draft_sample=sample)
+    n = 3000
+    outs = llm.generate([PROMPT] * n, [SamplingParams(seed=i, **PARAMS) for i in range(n)])
+    counts = torch.zeros(VOCAB * VOCAB)
+    for o in outs:
+        counts[o.token_ids[1] * VOCAB + o.token_ids[2]] += 1
+    assert chi_square_p_value(counts.tolist(), exact_pair_distribution(llm).tolist()) > 1e-3
+    stats = llm.engine.driver.stats_dict()["draft-simple"]
+    assert 0 < stats["n_acc_tokens"] < stats["n_gen_tokens"]
