@@ -23,27 +23,7 @@ import torch
 from specserve import LLM, SamplingParams
 from specserve.llm import BUNDLED_DIR, BUNDLED_MODEL
 
-CODE_PROMPTS = [
-    "import os\nimport sys\n\n\ndef main(argv):\n",
-    "class LRUCache:\n    \"\"\"A least-recently-used cache.\"\"\"\n\n    def __init__(self, capacity):\n",
-    "def parse_header(line):\n    \"\"\"Parse a Content-type like header.\"\"\"\n",
-    "    def test_roundtrip(self):\n        data = b'hello world'\n",
-    "def _format_time(seconds):\n",
-    "from collections import namedtuple\n\nPoint = namedtuple('Point', ['x', 'y'])\n\n\n",
-    "    try:\n        import zlib\n    except ImportError:\n",
-    "def walk(top, topdown=True, onerror=None):\n",
-]
-
-TEXT_PROMPTS = [
-    '"""Utilities for reading and writing configuration files.\n\nThis module provides',
-    "# The following functions are used to",
-    '"""\nA simple queue for passing messages between threads.\n\nThe queue',
-    "    \"\"\"Return the number of items in the collection.\n\n    If the collection is empty,",
-    "# Note: this is not thread safe. If you need",
-    '"""Tests for the text wrapping module.\n\nThese tests check that',
-    "    # We cannot use the default encoding here because",
-    '"""Helpers for working with dates and times.\n\nAll functions in this module',
-]
+from prompt_sets import CODE_PROMPTS, TEXT_PROMPTS
 
 CONFIGS = {
     "none": {},

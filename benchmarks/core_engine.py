@@ -22,16 +22,8 @@ from specserve import LLM, SamplingParams
 from specserve.commands.demo import DEMO_PROMPT
 from specserve.llm import BUNDLED_MODEL
 
-CODE_PROMPTS = [
-    "import os\nimport sys\n\n\ndef main(argv):\n",
-    "class LRUCache:\n    \"\"\"A least-recently-used cache.\"\"\"\n\n    def __init__(self, capacity):\n",
-    "def parse_header(line):\n    \"\"\"Parse a Content-type like header.\"\"\"\n",
-    "    def test_roundtrip(self):\n        data = b'hello world'\n",
-    "def _format_time(seconds):\n",
-    "from collections import namedtuple\n\nPoint = namedtuple('Point', ['x', 'y'])\n\n\n",
-    "    try:\n        import zlib\n    except ImportError:\n",
-    "def walk(top, topdown=True, onerror=None):\n",
-]
+from prompt_sets import CODE_PROMPTS
+
 
 
 def best_of(fn, repeats):

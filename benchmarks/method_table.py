@@ -28,32 +28,14 @@ from specserve.errors import SpecServeError
 from specserve.llm import BUNDLED_DIR, BUNDLED_MODEL
 from specserve.spec.registry import available_types
 
-PROMPT_SETS = {
-    "code": [
-        "import os\nimport sys\n\n\ndef main(argv):\n",
-        "class LRUCache:\n    \"\"\"A least-recently-used cache.\"\"\"\n\n    def __init__(self, capacity):\n",
-        "def parse_header(line):\n    \"\"\"Parse a Content-type like header.\"\"\"\n",
-        "    def test_roundtrip(self):\n        data = b'hello world'\n",
-        "def _format_time(seconds):\n",
-        "from collections import namedtuple\n\nPoint = namedtuple('Point', ['x', 'y'])\n\n\n",
-        "    try:\n        import zlib\n    except ImportError:\n",
-        "def walk(top, topdown=True, onerror=None):\n",
-    ],
-    "free-text": [
-        "The history of the city begins with a small fishing village on the river, where",
-        "Dear team, thank you all for the hard work this quarter. Before the holidays I would like to",
-        "To make a good cup of tea, first boil fresh water, then",
-        "In this chapter we describe how the committee reached its decision and why",
-        "The weather forecast for the weekend says that",
-        "She opened the old letter slowly and read the first line again:",
-        "A short guide to planting tomatoes in a small garden.\n\n",
-        "Once upon a time, in a kingdom far away, there lived a",
-    ],
-}
+from prompt_sets import CODE_PROMPTS, TEXT_PROMPTS
+
+PROMPT_SETS = {"code": CODE_PROMPTS, "free-text": TEXT_PROMPTS}
 
 SUFFIX_TYPES = {"draft": "draft-simple", "eagle3": "draft-eagle3", "mtp": "draft-mtp", "dflash": "draft-dflash",
                 "dspark": "draft-dspark"}
 MODEL_DRAFTERS = ("draft-simple", "draft-eagle3", "draft-mtp")
+BLOCK_DRAFTERS = ("draft-dflash", "draft-dspark")
 
 
 def bundled_drafters(target: Path) -> dict[str, Path]:
@@ -115,7 +97,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("-m", "--model", default=str(BUNDLED_MODEL))
     parser.add_argument("-n", "--n-tokens", type=int, default=128)
-    parser.add_argument("--n-max", type=int, default=3, help="--spec-draft-n-max for the draft-* types")
+    parser.add_argument("--n-max", type=int, default=3, help="--spec-draft-n-max for the other types")
+    parser.add_argument("--block-n-max", type=int, default=8,
+                        help="--spec-draft-n-max for draft-dflash/dspark (their trained block)")
     parser.add_argument("--sets", default="code,free-text")
     parser.add_argument("--temperatures", default="0,1")
     parser.add_argument("-t", "--threads", type=int, default=1,
@@ -133,7 +117,8 @@ def main() -> None:
     baseline: dict[tuple, dict] = {}
     for label, spec_type, folder, extra, config_temps in configs:
         try:
-            llm = LLM(target, draft_model=folder, spec_type=spec_type, spec_draft_n_max=args.n_max, **extra)
+            n_max = args.block_n_max if spec_type in BLOCK_DRAFTERS else args.n_max
+            llm = LLM(target, draft_model=folder, spec_type=spec_type, spec_draft_n_max=n_max, **extra)
         except SpecServeError as exc:
             skipped.append((label, str(exc)))
             continue
@@ -155,7 +140,8 @@ def main() -> None:
                 print(f"  {label:<22} {name:<9} T={temp:g}: tau {r['tau']:.2f} {r['tokens_per_s']:7.1f} tok/s "
                       f"cpu {r['cpu_s']:.2f}s speedup x{r['speedup']:.2f}", flush=True)
     print_table(results, sets, temps, target, args, skipped)
-    out = {"model": str(target), "n_tokens": args.n_tokens, "n_max": args.n_max, "threads": torch.get_num_threads(),
+    out = {"model": str(target), "n_tokens": args.n_tokens, "n_max": args.n_max, "block_n_max": args.block_n_max,
+           "threads": torch.get_num_threads(),
            "machine": platform.processor(), "minutes": (time.perf_counter() - t_start) / 60, "results": results,
            "skipped": [{"method": m, "reason": r} for m, r in skipped]}
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
@@ -165,7 +151,8 @@ def main() -> None:
 
 def print_table(results, sets, temps, target, args, skipped) -> None:
     print(f"\nmethod table: {target.name}, {args.n_tokens} tokens per prompt, {len(PROMPT_SETS[sets[0]])} prompts "
-          f"per set, --spec-draft-n-max {args.n_max}, single stream, {torch.get_num_threads()} threads\n")
+          f"per set, --spec-draft-n-max {args.n_max} ({args.block_n_max} for block drafters), single stream, "
+          f"{torch.get_num_threads()} threads\n")
     cols = [(s, t) for t in temps for s in sets]
     head = f"{'method':<22}" + "".join(f" | {s} T={t:g}".ljust(22) for s, t in cols)
     print(head)
