@@ -12,7 +12,8 @@ must be identical in every configuration (lossless); the table says so. Prints a
 writes JSON.
 
     .venv/bin/python benchmarks/server_throughput.py [-m MODEL] [--out runs/server_throughput.json]
-        [--spec-types ngram-simple,...] [--draft-model DIR] [--max-tokens 128] [-- extra server options]
+        [--spec-types ngram-simple,ngram-mod+schedule,...] [--draft-model DIR] [--max-tokens 128]
+        [-- extra server options]
 
 Types that need a draft model are skipped (with the server's error) unless --draft-model is given.
 """
@@ -55,6 +56,8 @@ class Server:
                  log_path: Path):
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
+        spec_type, _, variant = spec_type.partition("+")          # "TYPE+schedule": with --spec-schedule
+        extra = [*extra, "--spec-schedule"] if variant == "schedule" else extra
         cmd = [sys.executable, "-m", "specserve", "serve", "-m", model, "--port", str(self.port), "-np",
                str(slots), "--spec-type", spec_type, "--temp", "0", *extra]
         if draft_model and spec_type.startswith("draft-"):
@@ -144,7 +147,8 @@ def main() -> None:
     parser.add_argument("-m", "--model", default=str(BUNDLED_MODEL))
     parser.add_argument("--concurrency", default="1,2,4,8,16")
     parser.add_argument("--spec-types", default=None,
-                        help="comma list (default: every type in the registry)")
+                        help="comma list (default: every type in the registry); TYPE+schedule runs TYPE "
+                             "with --spec-schedule")
     parser.add_argument("--draft-model", default=None, help="draft model folder for the draft-* types")
     parser.add_argument("--max-tokens", type=int, default=128)
     parser.add_argument("--threads", type=int, default=1,
@@ -183,7 +187,7 @@ def main() -> None:
                     server.stop()
         for spec_type, row in best.items():
             report["configs"][spec_type]["levels"].append(row)
-            print(f"{spec_type:>14} c={c:<3d} {row['tokens_per_s']:8.1f} tok/s  "
+            print(f"{spec_type:>22} c={c:<3d} {row['tokens_per_s']:8.1f} tok/s  "
                   f"latency {row['mean_latency_s']:6.2f} s", flush=True)
     print_table(report)
     out_path.write_text(json.dumps(report, indent=2))
@@ -212,18 +216,18 @@ def print_table(report: dict) -> None:
     base = {r["concurrency"]: r for r in report["configs"].get("none", {}).get("levels", [])}
     print(f"\nmodel: {report['model']}, {report['max_tokens']} max tokens per request, greedy, streaming, "
           f"{report['threads']} server thread(s)")
-    print(f"{'spec type':>14} {'conc':>5} {'tok/s':>9} {'speedup':>8} {'latency s':>10} {'TTFT ms':>9} "
+    print(f"{'spec type':>22} {'conc':>5} {'tok/s':>9} {'speedup':>8} {'latency s':>10} {'TTFT ms':>9} "
           f"{'mean AL':>8} {'outputs':>9}")
     for spec_type, result in report["configs"].items():
         if "skipped" in result:
-            print(f"{spec_type:>14}  skipped: {result['skipped']}")
+            print(f"{spec_type:>22}  skipped: {result['skipped']}")
             continue
         for row in result["levels"]:
             ref = base.get(row["concurrency"])
             speedup = row["tokens_per_s"] / ref["tokens_per_s"] if ref else float("nan")
             same = "same" if ref and ref["output_digests"] == row["output_digests"] else "DIFFERENT"
             al = f"{row['mean_acceptance_length']:.2f}" if row["mean_acceptance_length"] else "-"
-            print(f"{spec_type:>14} {row['concurrency']:>5d} {row['tokens_per_s']:>9.1f} {speedup:>7.2f}x "
+            print(f"{spec_type:>22} {row['concurrency']:>5d} {row['tokens_per_s']:>9.1f} {speedup:>7.2f}x "
                   f"{row['mean_latency_s']:>10.2f} {row['mean_ttft_ms']:>9.1f} {al:>8} {same:>9}")
 
 

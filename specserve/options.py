@@ -52,6 +52,12 @@ SPEC_OPTIONS = [
     Option(("--spec-draft-n-min",), "spec_draft_n_min", int, 0, "discard drafts shorter than this (draft-* types)"),
     Option(("--spec-draft-p-min", "--draft-p-min"), "spec_draft_p_min", float, 0.0,
            "stop drafting below this probability / predicted acceptance (draft-* types)"),
+    Option(("--spec-schedule",), "spec_schedule", bool, False,
+           "every type: verify only the drafts that pay off across the batch, from each slot's acceptance "
+           "history and the target's profiled steps-per-second curve (DSpark's Algorithm 1 generalised)"),
+    Option(("--spec-schedule-cost-table",), "spec_schedule_cost_table", str, None,
+           "JSON step-cost table {\"rows\": [...], \"seconds\": [...]} for --spec-schedule "
+           "(default: profile the target at start-up)"),
     Option(("--spec-draft-sample",), "spec_draft_sample", bool, False,
            "draft-simple/eagle3/mtp at temperature > 0: sample drafts from the draft's top-10 distribution and "
            "verify by rejection sampling with it (default: greedy drafts, verified one-hot as in llama.cpp)"),

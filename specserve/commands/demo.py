@@ -4,7 +4,8 @@ from __future__ import annotations
 import argparse
 
 from ..engine.request import Request
-from ..llm import BUNDLED_DIR, load_engine
+from ..bundled import shipped_drafters
+from ..llm import load_engine
 from ..sampling import SamplingParams
 from .generate import timing_lines
 
@@ -32,13 +33,8 @@ def merge_sorted_lists(left, right):
 '''
 
 
-# drafters shipped with the bundled model, used by the demo when -md is not given
-BUNDLED_DRAFTS = {"draft-dflash": BUNDLED_DIR / "stdlib-coder-dflash", "draft-dspark": BUNDLED_DIR / "stdlib-coder-dspark"}
-BLOCK_DRAFT_N_MAX = 8          # the bundled block drafters' trained block (anchor-first: 8 drafts)
-
-
 def default_spec_types() -> str:
-    return ",".join(["ngram-simple"] + [t for t, d in BUNDLED_DRAFTS.items() if (d / "config.json").is_file()])
+    return ",".join(["ngram-simple", *shipped_drafters()])
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -74,10 +70,8 @@ def run(args) -> int:
     print(f"prompt ({len(args.prompt)} chars), greedy, {args.n_predict} tokens\n")
     for spec_type in runs:
         draft_model, run_extra = args.spec_draft_model, dict(extra)
-        if spec_type in BUNDLED_DRAFTS:
-            run_extra["spec_draft_n_max"] = BLOCK_DRAFT_N_MAX
-            if draft_model is None and args.model is None:
-                draft_model = BUNDLED_DRAFTS[spec_type]
+        if spec_type in shipped_drafters() and draft_model is None and args.model is None:
+            draft_model, run_extra["spec_draft_n_max"] = shipped_drafters()[spec_type]
         engine, req = _run_once(args.model, spec_type, draft_model, args.prompt, args.n_predict, run_extra)
         out = req.snapshot()
         speed = out.timings["predicted_per_second"]

@@ -225,6 +225,8 @@ class Engine:
                 if draft is not None:
                     r.spec.record(k, n_acc)
                     driver.accept(r.slot, n_acc)
+                elif driver is not None:
+                    driver.no_draft(r.slot, emitted[0])
                 self._emit(r, emitted, logits[i0:i0 + n_acc + 1])
             except Exception as exc:
                 log.exception("request %s failed", r.request_id)

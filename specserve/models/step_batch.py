@@ -5,8 +5,13 @@ consecutive positions starting at its current cache length (a prompt chunk, or t
 last sampled token followed by its draft). The attention runs on a padded
 [slots, rows, keys] layout whose key length is rounded up to a multiple of KEY_BLOCK:
 with that rounding and at least MIN_ROWS rows per matmul, every row's result is
-bit-identical whatever else is in the batch (checked by tests/test_batch_invariance.py),
+bit-identical whatever else is in the batch (checked by tests/test_engine_lossless.py),
 which is what makes greedy speculation exactly lossless.
+
+Padding every slot to the longest segment would make one long draft (or a prompt chunk)
+multiply the attention cost of all the one-row slots beside it, so slots are split into
+attention groups by segment length (powers of two) when that saves enough padded rows; each
+group is one padded matmul.
 """
 from __future__ import annotations
 
@@ -27,17 +32,40 @@ class Segment:
 
 
 @dataclass
+class AttentionGroup:
+    """Slots whose rows go through one padded attention matmul."""
+    n_slots: int
+    n_rows_padded: int              # Q: rows per slot in the padded layout
+    key_len: int                    # Lk: keys attended (multiple of KEY_BLOCK)
+    slot_select: slice | torch.Tensor
+    rows: torch.Tensor | None       # the group's flat rows, in order (None: every row of the batch)
+    pad_index: torch.Tensor | None  # group row -> padded row (None when no padding)
+    attn_mask: torch.Tensor         # [S, 1, 1, Q, Lk] bool
+
+
+def _bucket(n_rows: int) -> int:
+    return 1 << max(0, (n_rows - 1).bit_length())
+
+
+def split_by_length(segs: list[Segment], min_rows: int) -> list[list[Segment]]:
+    """One group, or groups by power-of-two segment length when that saves padded rows."""
+    padded = len(segs) * max(max(s.n_rows for s in segs), min_rows)
+    buckets: dict[int, list[Segment]] = {}
+    for s in segs:
+        buckets.setdefault(_bucket(max(s.n_rows, min_rows)), []).append(s)
+    grouped = sum(len(g) * max(max(s.n_rows for s in g), min_rows) for g in buckets.values())
+    if len(buckets) == 1 or padded <= 1.5 * grouped + 32:
+        return [segs]
+    return [buckets[k] for k in sorted(buckets)]
+
+
+@dataclass
 class StepBatch:
     tokens: torch.Tensor            # [N] int64
     positions: torch.Tensor         # [N] int64
     segments: list[Segment]
     output_rows: torch.Tensor       # [n_out] int64 rows whose logits are needed
-    # derived by prepare()
-    n_rows_padded: int = 0          # Q: rows per slot in the padded layout
-    key_len: int = 0                # Lk: keys attended (multiple of KEY_BLOCK)
-    slot_select: slice | torch.Tensor | None = None
-    pad_index: torch.Tensor | None = None   # flat row -> padded row (None when no padding)
-    attn_mask: torch.Tensor | None = None   # [S, 1, 1, Q, Lk] bool
+    groups: list[AttentionGroup] = field(default_factory=list)   # derived by prepare()
     extra: dict = field(default_factory=dict)
 
     @property
@@ -70,35 +98,38 @@ class StepBatch:
         """Compute the index tensors shared by every layer of the forward."""
         segs = self.segments
         device = self.tokens.device
-        n_slots = len(segs)
-        q_rows = max(s.n_rows for s in segs)
-        q_rows = max(q_rows, -(-MIN_ROWS // group))
-        self.n_rows_padded = q_rows
         longest = max(s.pos0 + s.n_rows for s in segs)
         if longest > capacity:
             raise ValueError(f"batch reaches position {longest} beyond the cache capacity {capacity}")
-        self.key_len = -(-longest // KEY_BLOCK) * KEY_BLOCK
-        slots = [s.slot for s in segs]
-        if slots == list(range(slots[0], slots[0] + n_slots)):
-            self.slot_select = slice(slots[0], slots[0] + n_slots)
-        else:
-            self.slot_select = torch.tensor(slots, dtype=torch.int64, device=device)
-        uniform = all(s.n_rows == q_rows for s in segs)
-        if uniform:
-            self.pad_index = None
-            padded_pos = self.positions.view(n_slots, q_rows)
-        else:
-            pad = torch.cat([torch.arange(s.n_rows, dtype=torch.int64) + i * q_rows
-                             for i, s in enumerate(segs)]).to(device)
-            self.pad_index = pad
-            padded_pos = torch.zeros(n_slots * q_rows, dtype=torch.int64, device=device)
-            padded_pos.index_copy_(0, pad, self.positions)
-            padded_pos = padded_pos.view(n_slots, q_rows)
-        keys = torch.arange(self.key_len, device=device)
-        mask = keys.view(1, 1, -1) <= padded_pos.unsqueeze(-1)
-        self.attn_mask = mask.view(n_slots, 1, 1, q_rows, self.key_len)
+        min_rows = -(-MIN_ROWS // group)
+        parts = split_by_length(segs, min_rows)
+        self.groups = [self._attention_group(part, min_rows, len(parts) == 1, device) for part in parts]
         # where each row's K/V goes in a layer's cache viewed as [slots*kv_heads*ctx, d]
         slot_of_row = torch.cat([torch.full((s.n_rows,), s.slot, dtype=torch.int64) for s in segs]).to(device)
         heads = torch.arange(n_kv_heads, device=device)
         flat = (slot_of_row.unsqueeze(1) * n_kv_heads + heads.unsqueeze(0)) * capacity + self.positions.unsqueeze(1)
         self.extra["cache_index"] = flat.reshape(-1)
+
+    def _attention_group(self, segs: list[Segment], min_rows: int, whole: bool, device) -> AttentionGroup:
+        n_slots = len(segs)
+        q_rows = max(max(s.n_rows for s in segs), min_rows)
+        key_len = -(-max(s.pos0 + s.n_rows for s in segs) // KEY_BLOCK) * KEY_BLOCK
+        slots = [s.slot for s in segs]
+        if slots == list(range(slots[0], slots[0] + n_slots)):
+            slot_select = slice(slots[0], slots[0] + n_slots)
+        else:
+            slot_select = torch.tensor(slots, dtype=torch.int64, device=device)
+        rows = None if whole else torch.cat([torch.arange(s.start, s.start + s.n_rows) for s in segs]).to(device)
+        positions = self.positions if rows is None else self.positions.index_select(0, rows)
+        if all(s.n_rows == q_rows for s in segs):
+            pad_index = None
+            padded_pos = positions.view(n_slots, q_rows)
+        else:
+            pad_index = torch.cat([torch.arange(s.n_rows, dtype=torch.int64) + i * q_rows
+                                   for i, s in enumerate(segs)]).to(device)
+            padded_pos = torch.zeros(n_slots * q_rows, dtype=torch.int64, device=device)
+            padded_pos.index_copy_(0, pad_index, positions)
+            padded_pos = padded_pos.view(n_slots, q_rows)
+        keys = torch.arange(key_len, device=device)
+        mask = (keys.view(1, 1, -1) <= padded_pos.unsqueeze(-1)).view(n_slots, 1, 1, q_rows, key_len)
+        return AttentionGroup(n_slots, q_rows, key_len, slot_select, rows, pad_index, mask)

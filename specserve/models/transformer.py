@@ -22,7 +22,7 @@ from .config import ModelConfig, load_config
 from .kv_cache import KVCache
 from .loader import Checkpoint, parse_dtype
 from .rope import RotaryEmbedding, apply_rope
-from .step_batch import MIN_ROWS, StepBatch
+from .step_batch import MIN_ROWS, AttentionGroup, StepBatch
 from ..errors import ModelLoadError
 
 ACTIVATIONS = {
@@ -153,33 +153,44 @@ def cached_attention(qkv: torch.Tensor, qk_norm: torch.Tensor | None, cfg: Model
     Writes the rows' keys and values into the cache and returns the float32 context rows
     [N, heads*head_dim]. `batch.prepare` must have been called for this cache.
     """
-    eps = cfg.rms_norm_eps
     n_heads, n_kv, d = cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim
-    group = n_heads // n_kv
     q_size, kv_size = cfg.q_size, cfg.kv_size
     n_rows = batch.n_tokens
-    n_slots, q_rows, key_len = len(batch.segments), batch.n_rows_padded, batch.key_len
     qk = qkv[:, :q_size + kv_size].reshape(n_rows, n_heads + n_kv, d)
     if qk_norm is not None:
-        qk = F.rms_norm(qk, (d,), None, eps) * qk_norm
+        qk = F.rms_norm(qk, (d,), None, cfg.rms_norm_eps) * qk_norm
     qk = apply_rope(qk, cos, sin)
     k_cache, v_cache = cache.k[layer_id], cache.v[layer_id]
     cache_index = batch.extra["cache_index"]
     k_cache.view(-1, d).index_copy_(0, cache_index, qk[:, n_heads:].reshape(n_rows * n_kv, d))
     v_cache.view(-1, d).index_copy_(0, cache_index, qkv[:, q_size + kv_size:].reshape(n_rows * n_kv, d))
-    keys = k_cache[batch.slot_select, :, :key_len]
-    values = v_cache[batch.slot_select, :, :key_len]
     q = qk[:, :n_heads] * d ** -0.5
-    if batch.pad_index is not None:
-        q = q.new_zeros(n_slots * q_rows, n_heads, d).index_copy_(0, batch.pad_index, q)
+    if len(batch.groups) == 1:
+        return _group_attention(q, batch.groups[0], k_cache, v_cache, n_kv)
+    ctx = q.new_empty(n_rows, n_heads * d)
+    for g in batch.groups:
+        ctx.index_copy_(0, g.rows, _group_attention(q.index_select(0, g.rows), g, k_cache, v_cache, n_kv))
+    return ctx
+
+
+def _group_attention(q: torch.Tensor, g: AttentionGroup, k_cache: torch.Tensor, v_cache: torch.Tensor,
+                     n_kv: int) -> torch.Tensor:
+    """One attention group: scaled q rows [n, heads, d] -> context rows [n, heads*d]."""
+    n_heads, d = q.shape[1], q.shape[2]
+    group = n_heads // n_kv
+    n_slots, q_rows, key_len = g.n_slots, g.n_rows_padded, g.key_len
+    keys = k_cache[g.slot_select, :, :key_len]
+    values = v_cache[g.slot_select, :, :key_len]
+    if g.pad_index is not None:
+        q = q.new_zeros(n_slots * q_rows, n_heads, d).index_copy_(0, g.pad_index, q)
     # [S, Q, kv, group, d] -> [S, kv, group*Q, d]: the queries of one kv head share its keys
-    q = q.view(n_slots, q_rows, n_kv, group, d).permute(0, 2, 3, 1, 4).reshape(n_slots, n_kv, group * q_rows, d)
+    q = q.reshape(n_slots, q_rows, n_kv, group, d).permute(0, 2, 3, 1, 4).reshape(n_slots, n_kv, group * q_rows, d)
     scores = torch.matmul(q, keys.transpose(-1, -2)).view(n_slots, n_kv, group, q_rows, key_len)
-    probs = torch.softmax(scores.masked_fill_(~batch.attn_mask, float("-inf")), dim=-1)
+    probs = torch.softmax(scores.masked_fill_(~g.attn_mask, float("-inf")), dim=-1)
     ctx = torch.matmul(probs.view(n_slots, n_kv, group * q_rows, key_len), values)
     ctx = ctx.view(n_slots, n_kv, group, q_rows, d).permute(0, 3, 1, 2, 4).reshape(n_slots * q_rows, n_heads * d)
-    if batch.pad_index is not None:
-        ctx = ctx.index_select(0, batch.pad_index)
+    if g.pad_index is not None:
+        ctx = ctx.index_select(0, g.pad_index)
     return ctx
 
 

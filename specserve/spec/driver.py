@@ -11,15 +11,19 @@ import time
 
 import numpy as np
 
+from .acceptance_schedule import AcceptanceScheduler
 from .base import Draft, DraftRequest, Proposer, TargetBatch
 from .stats import ImplCounters
 
 
 class SpecDriver:
-    def __init__(self, proposers: list[Proposer], n_slots: int):
+    def __init__(self, proposers: list[Proposer], n_slots: int, scheduler: AcceptanceScheduler | None = None):
         self.proposers = proposers
         self.counters = {p.name: ImplCounters() for p in proposers}
         self.last_impl: list[Proposer | None] = [None] * n_slots
+        self.scheduler = scheduler
+        self.n_drafted = [0] * n_slots                 # tokens of the slot's last verified draft
+        self.unverified: dict[int, int] = {}           # slot -> first token of a draft the scheduler cut
         self.taps = tuple(sorted({t for p in proposers for t in p.taps}))
         self.needs_final_hidden = any(p.needs_final_hidden for p in proposers)
 
@@ -31,6 +35,8 @@ class SpecDriver:
         return max((p.max_draft() for p in self.proposers), default=0)
 
     def begin(self, slot: int, prompt: np.ndarray) -> None:
+        if self.scheduler is not None:
+            self.scheduler.begin(slot)
         for p in self.proposers:
             t0 = time.perf_counter()
             p.begin(slot, prompt)
@@ -43,8 +49,9 @@ class SpecDriver:
             p.process(batch)
 
     def draft(self, requests: list[DraftRequest]) -> dict[int, Draft]:
-        results: dict[int, Draft] = {}
+        won: dict[int, tuple[Proposer, Draft]] = {}
         pending = list(requests)
+        t_start = time.perf_counter()
         for p in self.proposers:
             if not pending:
                 break
@@ -59,19 +66,46 @@ class SpecDriver:
                 if d is None or not d.tokens:
                     still.append(req)
                     continue
-                if req.n_max > 0:
-                    d = d.truncate(req.n_max)
-                results[req.slot] = d
-                self.last_impl[req.slot] = p
-                c.n_gen_drafts += 1
-                c.n_gen_tokens += len(d.tokens)
+                won[req.slot] = (p, d.truncate(req.n_max) if req.n_max > 0 else d)
             pending = still
+        self.unverified.clear()
+        if self.scheduler is not None and won:
+            self.scheduler.note_draft_time(time.perf_counter() - t_start)
+            self._schedule(won)
+        results: dict[int, Draft] = {}
+        for slot, (p, d) in won.items():
+            results[slot] = d
+            self.last_impl[slot] = p
+            self.n_drafted[slot] = len(d.tokens)
+            c = self.counters[p.name]
+            c.n_gen_drafts += 1
+            c.n_gen_tokens += len(d.tokens)
         return results
+
+    def _schedule(self, won: dict[int, tuple[Proposer, Draft]]) -> None:
+        """--spec-schedule: cut the drafts to the lengths worth verifying; remember the ones cut to nothing."""
+        slots = list(won)
+        lengths = self.scheduler.lengths(slots, [won[s][1] for s in slots])
+        for slot, n in zip(slots, lengths.tolist()):
+            p, d = won[slot]
+            if n == 0:
+                self.unverified[slot] = d.tokens[0]
+                del won[slot]
+            else:
+                won[slot] = (p, d.truncate(n))
+
+    def no_draft(self, slot: int, emitted: int) -> None:
+        """A generating slot verified no draft this step; `emitted` is the token the target chose."""
+        first = self.unverified.get(slot)
+        if first is not None:
+            self.scheduler.observe_unverified(slot, first == emitted)
 
     def accept(self, slot: int, n_accepted: int) -> None:
         impl = self.last_impl[slot]
         if impl is None:
             return
+        if self.scheduler is not None:
+            self.scheduler.observe(slot, self.n_drafted[slot], n_accepted)
         c = self.counters[impl.name]
         t0 = time.perf_counter()
         c.record_accept(n_accepted)

@@ -9,7 +9,9 @@ import importlib
 
 from ..errors import OptionError
 from .base import Option, Proposer, ProposerContext
+from .acceptance_schedule import AcceptanceScheduler
 from .driver import SpecDriver
+from .step_cost import StepCostTable, profile_step_cost
 
 # llama.cpp's order, whatever order the user lists types in (reference section 1.2)
 PRECEDENCE = [
@@ -81,4 +83,11 @@ def build_driver(spec_types: list[str], ctx: ProposerContext) -> SpecDriver | No
     if not spec_types:
         return None
     proposers = [proposer_class(name)(ctx) for name in spec_types]
-    return SpecDriver(proposers, ctx.n_slots)
+    scheduler = None
+    if ctx.options.get("spec_schedule"):
+        n_positions = max(p.max_draft() for p in proposers)
+        path = ctx.options.get("spec_schedule_cost_table")
+        table = (StepCostTable.load(path) if path else
+                 profile_step_cost(ctx.target, ctx.n_slots, ctx.n_slots * (n_positions + 1)))
+        scheduler = AcceptanceScheduler(ctx.n_slots, n_positions, table)
+    return SpecDriver(proposers, ctx.n_slots, scheduler)

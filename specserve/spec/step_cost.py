@@ -58,13 +58,17 @@ class StepCostTable:
 
 
 def profile_step_cost(target, n_slots: int, max_rows: int, context: int = 128, repeats: int = 5,
-                      ) -> StepCostTable:
-    """Median forward time for every total row count 1..max_rows, rows spread over the slots."""
-    context = min(context, target.config.max_position_embeddings - max_rows - 1)
-    cache = target.new_cache(n_slots, context + max_rows + 1)
+                      max_points: int = 24) -> StepCostTable:
+    """Median forward time for total row counts 1..max_rows (every count, or `max_points` spread
+    geometrically when there are more), rows spread over the slots."""
+    per_slot_max = -(-max_rows // n_slots)
+    context = max(1, min(context, target.config.max_position_embeddings - per_slot_max - 1))
+    cache = target.new_cache(n_slots, context + per_slot_max + 1)
+    points = (list(range(1, max_rows + 1)) if max_rows <= max_points else
+              sorted({int(round(r)) for r in np.geomspace(1, max_rows, max_points)}))
     rows_timed, seconds = [], []
     with torch.inference_mode():
-        for total in range(1, max_rows + 1):
+        for total in points:
             used = min(n_slots, total)
             per_slot = [total // used + (1 if i < total % used else 0) for i in range(used)]
             segments = [(slot, torch.ones(n, dtype=torch.int64), context) for slot, n in enumerate(per_slot)]

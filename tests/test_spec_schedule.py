@@ -1,0 +1,135 @@
+"""--spec-schedule: the batch-wide acceptance scheduler for every spec type, and the attention
+groups that keep one long draft from padding every other slot's attention."""
+import json
+import shutil
+
+import numpy as np
+import pytest
+import torch
+
+from block_drafters_for_tests import write_block_drafter
+from draft_fixtures import add_mtp, perturbed_copy, write_eagle3
+from helpers import write_model
+from proposers_for_tests import Oracle
+from specserve import LLM, SamplingParams
+from specserve.models.step_batch import StepBatch, split_by_length
+from specserve.spec import registry
+from specserve.spec.acceptance_schedule import PRIOR, AcceptanceScheduler
+from specserve.spec.base import Draft
+from specserve.spec.step_cost import StepCostTable
+
+PROMPTS = [[5, 9, 12, 5, 9, 12, 5, 9], list(range(60, 90)), [7] * 12, [3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5],
+           [100, 101, 102, 103, 100, 101, 102, 103], [250, 251]]
+GREEDY = SamplingParams(temperature=0, max_tokens=40, ignore_eos=True)
+
+
+def test_scheduler_learns_each_slots_acceptance():
+    flat = AcceptanceScheduler(2, 4, StepCostTable([1, 64], [0.01, 0.01]))     # rows are free: verify all
+    assert flat.lengths([0, 1], [Draft([1, 2, 3, 4]), Draft([5, 6])]).tolist() == [4, 2]
+    # each row costs 15 % of a one-row step: only drafts likely to be accepted pay off
+    steep = AcceptanceScheduler(2, 4, StepCostTable(list(range(1, 11)), [0.010 + 0.0015 * r for r in range(10)]))
+    assert steep.rate[0, 0] == PRIOR
+    for _ in range(6):
+        steep.observe(0, 4, 4)          # slot 0: everything accepted
+        steep.observe(1, 4, 0)          # slot 1: the first draft token rejected
+    assert steep.rate[0].min() > 0.85 and steep.rate[1, 0] < 0.15
+    assert steep.rate[1, 1] == PRIOR    # never reached: unchanged
+    lengths = steep.lengths([0, 1], [Draft([1, 2, 3, 4]), Draft([5, 6, 7, 8])])
+    assert lengths.tolist() == [4, 0]
+    # an unverified draft whose first token keeps matching brings slot 1 back
+    for _ in range(8):
+        steep.observe_unverified(1, True)
+    assert steep.lengths([1], [Draft([5, 6])]).tolist()[0] >= 1
+    steep.begin(1)                      # a new request starts from the all-slots average
+    assert np.allclose(steep.rate[1], steep.global_rate)
+
+
+def test_attention_groups_split_a_long_segment_from_one_row_slots():
+    segs = StepBatch.build([(s, [1], 100) for s in range(12)] + [(12, list(range(60)), 100)],
+                           list(range(72))).segments
+    groups = split_by_length(segs, 2)
+    assert [len(g) for g in groups] == [12, 1]
+    even = StepBatch.build([(s, [1, 2], 100) for s in range(8)], list(range(16))).segments
+    assert len(split_by_length(even, 2)) == 1
+
+
+def test_grouped_attention_is_bit_identical(tiny_qwen3):
+    from specserve.models.transformer import CausalLM
+    model = CausalLM.from_pretrained(tiny_qwen3)
+    prefix = torch.arange(10, 50)
+    rows_alone = [(0, [7], 40)]
+    c_alone, c_mixed = model.new_cache(12, 256), model.new_cache(12, 256)
+    for c in (c_alone, c_mixed):
+        model.forward_step(StepBatch.build([(s, prefix, 0) for s in range(12)], [0]), c)
+    alone = model.forward_step(StepBatch.build(rows_alone, [0]), c_alone)
+    mixed_rows = rows_alone + [(s, [7], 40) for s in range(1, 11)] + [(11, list(range(3, 70)), 40)]
+    batch = StepBatch.build(mixed_rows, [0])
+    mixed = model.forward_step(batch, c_mixed)
+    assert len(batch.groups) == 2
+    assert torch.equal(alone.logits, mixed.logits)
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("sched")
+    target = write_model(tmp / "t", "qwen3", seed=1, std=0.25, num_hidden_layers=4)
+    with_mtp = tmp / "t-mtp"
+    shutil.copytree(target, with_mtp)
+    add_mtp(with_mtp, "deepseek")
+    table = tmp / "steep.json"          # each verified row costs a quarter of a step
+    table.write_text(json.dumps({"rows": [1, 64], "seconds": [0.01, 0.01 + 63 * 0.0025]}))
+    return {"target": target, "with_mtp": with_mtp, "table": table, "tmp": tmp}
+
+
+def _config(models, spec_type):
+    """(model folder, LLM options) for one spec type; drafter folders are written on first use."""
+    target, tmp = models["target"], models["tmp"]
+    drafters = {
+        "draft-simple": lambda: perturbed_copy(target, tmp / "near", noise=0.004),
+        "draft-eagle3": lambda: write_eagle3(tmp / "e", target, "specforge", draft_vocab=200),
+        "draft-dflash": lambda: write_block_drafter(tmp / "df", target, "deepspec", block_size=4),
+    }
+    if spec_type == "ngram-simple":
+        return target, {"spec_ngram_simple_size_n": 2, "spec_ngram_simple_size_m": 6}
+    if spec_type == "ngram-mod":
+        return target, {"spec_ngram_mod_n_match": 2, "spec_ngram_mod_n_min": 2, "spec_ngram_mod_n_max": 8}
+    if spec_type == "draft-mtp":
+        return models["with_mtp"], {"spec_draft_n_max": 4}
+    if spec_type in drafters:
+        return target, {"draft_model": drafters[spec_type](), "spec_draft_n_max": 4}
+    return target, {}
+
+
+@pytest.mark.parametrize("spec_type", ["ngram-simple", "ngram-mod", "test-oracle", "draft-simple", "draft-eagle3",
+                                       "draft-mtp", "draft-dflash"])
+def test_scheduled_speculation_is_lossless_for_every_type(models, spec_type, monkeypatch):
+    monkeypatch.setitem(registry.REGISTRY, Oracle.name, Oracle)
+    model, extra = _config(models, spec_type)
+    reference = [o.token_ids for o in LLM(model, n_parallel=3).generate(PROMPTS, GREEDY)]
+    totals = {}
+    for schedule in (False, True):
+        opts = dict(extra, spec_schedule=True, spec_schedule_cost_table=str(models["table"])) if schedule else extra
+        llm = LLM(model, spec_type=spec_type, n_parallel=3, **opts)
+        assert [o.token_ids for o in llm.generate(PROMPTS, GREEDY)] == reference, (spec_type, schedule)
+        totals[schedule] = llm.engine.driver.stats_dict()[spec_type]["n_gen_tokens"]
+    assert 0 < totals[True] < totals[False], totals      # some drafts verified, some cut
+
+
+def test_scheduled_sampling_keeps_seeded_outputs_batch_independent(models):
+    """At T > 0 the scheduler never looks at the drafted tokens: a seeded request gives the same
+    output alone and in a batch, scheduled or not (drafts without q: sample and compare)."""
+    target = models["target"]
+    params = SamplingParams(temperature=0.8, max_tokens=30, seed=11, ignore_eos=True)
+    alone = LLM(target).generate(PROMPTS[:1], params)[0].token_ids
+    llm = LLM(target, spec_type="ngram-simple", n_parallel=3, spec_ngram_simple_size_n=2, spec_schedule=True,
+              spec_schedule_cost_table=str(models["table"]))
+    outs = llm.generate(PROMPTS[:3], [params, SamplingParams(temperature=0.8, max_tokens=30, seed=1),
+                                      SamplingParams(temperature=0, max_tokens=30)])
+    assert outs[0].token_ids == alone
+
+
+def test_schedule_profiles_the_target_when_no_table_is_given(models):
+    llm = LLM(models["target"], spec_type="ngram-simple", n_parallel=2, spec_schedule=True)
+    table = llm.engine.driver.scheduler.cost_table
+    assert table.rows[0] == 1 and table.rows[-1] == 2 * (llm.engine.driver.max_draft() + 1)
+    assert np.all(np.diff(table.seconds) >= 0)
