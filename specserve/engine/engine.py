@@ -161,6 +161,7 @@ class Engine:
         return drafts
 
     def _run(self, active: list[Request]) -> None:
+        t_start = time.perf_counter()
         generating = [r for r in active if r.state == State.GENERATING]
         prefilling = [r for r in active if r.state == State.PREFILL]
         drafts = self._draft(generating)
@@ -253,6 +254,8 @@ class Engine:
             except Exception as exc:
                 log.exception("request %s failed", r.request_id)
                 self._finish(r, "error", error=f"internal error: {type(exc).__name__}: {exc}")
+        if driver is not None and generating:
+            driver.step_done(time.perf_counter() - t_start)
 
     # ------------------------------------------------------------------ output
     def _emit(self, r: Request, tokens: list[int], logits_rows: torch.Tensor) -> None:

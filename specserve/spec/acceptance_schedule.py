@@ -4,9 +4,9 @@ Speculation costs target rows: at one slot a draft row is almost free, with many
 forward is compute-bound and a long, rarely accepted draft (an n-gram match, say) slows every
 request in the batch. This generalises DSpark's hardware-aware prefix scheduler (Algorithm 1,
 spec/confidence_schedule.py) to drafters without a confidence head: the per-position
-acceptance chance of a slot's draft is estimated from that slot's own history (running
-averages of P(draft j accepted | drafts before it accepted), started from the averages over
-all slots), and drafts are admitted across the batch while the expected tokens per second
+acceptance chance of a slot's draft is estimated from that slot's own history (decayed
+counts of draft tokens accepted out of those reached, one rate for every position, started
+from the counts over all slots), and drafts are admitted across the batch while the expected tokens per second
 (R + sum of admitted survival) * SPS(R + admitted) improve, stopping at the first
 non-improvement. A draft that carries a confidence (DSpark) uses it instead.
 
@@ -26,52 +26,66 @@ from .base import Draft
 from .confidence_schedule import schedule_prefix_lengths
 from .step_cost import StepCostTable
 
-PRIOR = 0.5          # acceptance chance assumed before any observation
-SLOT_DECAY = 0.7     # weight of the old estimate per observation (a slot's own history)
-GLOBAL_DECAY = 0.95  # the same for the all-slots average new requests start from
+PRIOR = 0.5          # acceptance chance assumed before any observation ...
+PRIOR_WEIGHT = 2.0   # ... worth this many observations
+DECAY = 0.9          # weight kept by older observations at each verification of the slot
 
 
 class AcceptanceScheduler:
     def __init__(self, n_slots: int, n_positions: int, cost_table: StepCostTable):
         self.cost_table = cost_table
-        n_positions = max(1, n_positions)
-        self.global_rate = np.full(n_positions, PRIOR)
-        self.rate = np.full((n_slots, n_positions), PRIOR)   # P(accept j | j reached), per slot
+        self.n_positions = max(1, n_positions)
+        # per slot, decayed counts of draft tokens accepted / tried (a tried token was reached:
+        # every draft token before it was accepted); row n_slots pools all slots for new requests
+        self.accepted = np.zeros(n_slots + 1)
+        self.tried = np.zeros(n_slots + 1)
         self.draft_seconds = 0.0                             # running mean of a whole draft call
+        self.other_seconds = 0.0                             # running mean of the rest of a step
+
+    def rate(self, slot: int) -> float:
+        """P(a draft token is accepted | the tokens before it were), the same at every position:
+        positions a slot's drafts rarely reach would otherwise never be estimated."""
+        return (self.accepted[slot] + PRIOR * PRIOR_WEIGHT) / (self.tried[slot] + PRIOR_WEIGHT)
 
     def begin(self, slot: int) -> None:
-        self.rate[slot] = self.global_rate
+        pooled = len(self.accepted) - 1
+        scale = min(1.0, 4.0 / max(self.tried[pooled], 1e-9))       # start with the weight of ~4 tokens
+        self.accepted[slot] = self.accepted[pooled] * scale
+        self.tried[slot] = self.tried[pooled] * scale
 
     def note_draft_time(self, seconds: float) -> None:
         self.draft_seconds = seconds if self.draft_seconds == 0 else 0.9 * self.draft_seconds + 0.1 * seconds
 
+    def note_step(self, seconds: float, rows: int) -> None:
+        """A whole engine step that verified `rows` rows took `seconds`: what the forward and the
+        drafting do not explain (sampling, verification, streaming) is a fixed cost per step."""
+        other = max(0.0, seconds - 1.0 / self.cost_table.steps_per_second(rows) - self.draft_seconds)
+        self.other_seconds = 0.9 * self.other_seconds + 0.1 * other
+
     def steps_per_second(self, rows: int) -> float:
-        return 1.0 / (1.0 / self.cost_table.steps_per_second(rows) + self.draft_seconds)
+        return 1.0 / (1.0 / self.cost_table.steps_per_second(rows) + self.draft_seconds + self.other_seconds)
 
     def lengths(self, slots: list[int], drafts: list[Draft]) -> np.ndarray:
         """How many tokens of each draft to verify."""
-        n = min(max(len(d.tokens) for d in drafts), self.rate.shape[1])
+        n = min(max(len(d.tokens) for d in drafts), self.n_positions)
         confidence = np.zeros((len(drafts), n))
         for i, (slot, d) in enumerate(zip(slots, drafts)):
             k = min(len(d.tokens), n)
             if d.confidence is not None:
                 confidence[i, :k] = np.asarray(d.confidence[:k].float().cpu(), dtype=np.float64)
             else:
-                confidence[i, :k] = self.rate[slot, :k]
+                confidence[i, :k] = self.rate(slot)
         caps = np.asarray([min(len(d.tokens), n) for d in drafts])
         return schedule_prefix_lengths(confidence, self.steps_per_second, caps)
 
     def observe(self, slot: int, n_drafted: int, n_accepted: int) -> None:
-        """A verified draft: positions before n_accepted were accepted, position n_accepted rejected."""
-        reached = min(n_accepted + 1, n_drafted, self.rate.shape[1])
-        outcome = (np.arange(reached) < n_accepted).astype(np.float64)
-        self._update(slot, reached, outcome)
+        """A verified draft: n_accepted tokens accepted, then (if any was left) one rejected."""
+        self._update(slot, n_accepted, min(n_accepted + 1, n_drafted))
 
     def observe_unverified(self, slot: int, first_matched: bool) -> None:
-        self._update(slot, 1, np.asarray([1.0 if first_matched else 0.0]))
+        self._update(slot, int(first_matched), 1)
 
-    def _update(self, slot: int, reached: int, outcome: np.ndarray) -> None:
-        if reached <= 0:
-            return
-        self.rate[slot, :reached] = SLOT_DECAY * self.rate[slot, :reached] + (1 - SLOT_DECAY) * outcome
-        self.global_rate[:reached] = GLOBAL_DECAY * self.global_rate[:reached] + (1 - GLOBAL_DECAY) * outcome
+    def _update(self, slot: int, accepted: int, tried: int) -> None:
+        for row in (slot, len(self.accepted) - 1):
+            self.accepted[row] = DECAY * self.accepted[row] + accepted
+            self.tried[row] = DECAY * self.tried[row] + tried

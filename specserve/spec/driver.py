@@ -24,6 +24,7 @@ class SpecDriver:
         self.scheduler = scheduler
         self.n_drafted = [0] * n_slots                 # tokens of the slot's last verified draft
         self.unverified: dict[int, int] = {}           # slot -> first token of a draft the scheduler cut
+        self.rows_verified = 0                         # generating rows of the step being run
         self.taps = tuple(sorted({t for p in proposers for t in p.taps}))
         self.needs_final_hidden = any(p.needs_final_hidden for p in proposers)
 
@@ -73,6 +74,7 @@ class SpecDriver:
             self.scheduler.note_draft_time(time.perf_counter() - t_start)
             self._schedule(won)
         results: dict[int, Draft] = {}
+        self.rows_verified = len(requests) + sum(len(d.tokens) for _, d in won.values())
         for slot, (p, d) in won.items():
             results[slot] = d
             self.last_impl[slot] = p
@@ -93,6 +95,11 @@ class SpecDriver:
                 del won[slot]
             else:
                 won[slot] = (p, d.truncate(n))
+
+    def step_done(self, seconds: float) -> None:
+        """The engine finished a step that drafted (for --spec-schedule's cost of a step)."""
+        if self.scheduler is not None:
+            self.scheduler.note_step(seconds, self.rows_verified)
 
     def no_draft(self, slot: int, emitted: int) -> None:
         """A generating slot verified no draft this step; `emitted` is the token the target chose."""
