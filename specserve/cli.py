@@ -11,11 +11,11 @@ from .errors import SpecServeError
 COMMANDS = {
     "generate": ("specserve.commands.generate", "generate text from a prompt (llama.cpp-style options)"),
     "serve": ("specserve.commands.serve", "OpenAI- and llama-server-compatible HTTP server"),
-    "demo": ("specserve.commands.demo", "baseline vs speculative generation on the bundled model"),
-    "train-draft": ("specserve.commands.train_draft", "train a drafter (draft model, EAGLE-3, MTP) for a target"),
+    "demo": ("specserve.commands.demo", "baseline vs every speculative method on the bundled model"),
     "lookup": ("specserve.commands.lookup", "n-gram cache files for ngram-cache: create, merge, stats"),
     "bench": ("specserve.commands.bench", "benchmark client (SPEED-Bench style): run, sweep, compare, report"),
-    "train-draft": ("specserve.commands.train_draft", "train a drafter (dflash, dspark, draft-simple, eagle3, mtp) for a target model"),
+    "train-draft": ("specserve.commands.train_draft",
+                    "train a drafter (dflash, dspark, draft-simple, eagle3, mtp) for a target model"),
     "convert-draft": ("specserve.commands.convert_draft", "write a DFlash/DSpark draft as a self-contained folder"),
 }
 

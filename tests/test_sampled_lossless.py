@@ -61,6 +61,23 @@ def exact_pair_distribution(llm):
     return joint.flatten()
 
 
+def assert_target_pair_distribution(llm, spec_type: str | None, n: int = 3000, max_tokens: int = 3):
+    """n seeded requests for PROMPT: tokens 2 and 3 jointly follow plain sampling (chi-square),
+    and with speculation some drafts were accepted and some rejected. Returns the stats dict."""
+    outs = llm.generate([PROMPT] * n, [SamplingParams(seed=i, **dict(PARAMS, max_tokens=max_tokens))
+                                       for i in range(n)])
+    counts = torch.zeros(VOCAB * VOCAB)
+    for o in outs:
+        assert len(o.token_ids) == max_tokens
+        counts[o.token_ids[1] * VOCAB + o.token_ids[2]] += 1
+    assert chi_square_p_value(counts.tolist(), exact_pair_distribution(llm).tolist()) > 1e-3
+    if spec_type is None:
+        return None
+    stats = llm.engine.driver.stats_dict()[spec_type]
+    assert 0 < stats["n_acc_tokens"] < stats["n_gen_tokens"]
+    return stats
+
+
 @pytest.mark.parametrize("mode", ["none", "one-hot", "with-q"])
 def test_sampled_output_has_target_distribution(small_vocab_model, monkeypatch, mode):
     q = torch.softmax(torch.randn(VOCAB, generator=torch.Generator().manual_seed(5)), -1)
@@ -68,17 +85,7 @@ def test_sampled_output_has_target_distribution(small_vocab_model, monkeypatch, 
     monkeypatch.setattr(FixedQ, "pass_q", mode == "with-q")
     monkeypatch.setitem(registry.REGISTRY, FixedQ.name, FixedQ)
     llm = LLM(small_vocab_model, spec_type="none" if mode == "none" else FixedQ.name, n_parallel=16, ctx_size=64)
-    n = 3000
-    outs = llm.generate([PROMPT] * n, [SamplingParams(seed=i, **PARAMS) for i in range(n)])
-    counts = torch.zeros(VOCAB * VOCAB)
-    for o in outs:
-        assert len(o.token_ids) == 3
-        counts[o.token_ids[1] * VOCAB + o.token_ids[2]] += 1
-    expected = exact_pair_distribution(llm)
-    assert chi_square_p_value(counts.tolist(), expected.tolist()) > 1e-3
-    if mode != "none":
-        stats = llm.engine.driver.stats_dict()[FixedQ.name]
-        assert 0 < stats["n_acc_tokens"] < stats["n_gen_tokens"]
+    assert_target_pair_distribution(llm, None if mode == "none" else FixedQ.name)
 
 
 def test_rejection_sampling_accepts_more_than_sample_compare():

@@ -9,7 +9,7 @@ from .config import ModelConfig
 from .kv_cache import KVCache
 from .rope import RotaryEmbedding
 from .step_batch import StepBatch
-from .transformer import ACTIVATIONS, ServingWeights, rope_tables
+from .transformer import ACTIVATIONS, ServingWeights, rope_tables, serving_cache
 
 
 class DraftHead(nn.Module):
@@ -32,14 +32,7 @@ class DraftHead(nn.Module):
         return next(self.parameters()).device
 
     def new_cache(self, n_slots: int, max_ctx: int) -> KVCache:
-        cfg = self.config
-        if self.rope is None or self.rope.cos.shape[0] < max_ctx:
-            self.rope = RotaryEmbedding(cfg.head_dim, cfg.rope_theta, cfg.rope_scaling,
-                                        cfg.max_position_embeddings, max(max_ctx, 64), self.device)
-        if self.serving is None:
-            self.serving = [layer.serving_weights(cfg) for layer in self.decoder_layers()]
-        return KVCache(len(self.serving), n_slots, cfg.num_key_value_heads, max_ctx, cfg.head_dim, torch.float32,
-                       self.device)
+        return serving_cache(self, self.decoder_layers(), n_slots, max_ctx)
 
     def begin_step(self, batch: StepBatch, cache: KVCache):
         """Prepare the batch for this head's cache; returns the float32 RoPE rows (cos, sin)."""

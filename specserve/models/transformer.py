@@ -211,6 +211,19 @@ def decoder_layer_step(w: ServingWeights, x: torch.Tensor, cfg: ModelConfig, act
     return mlp_step(w, x, cfg, act)
 
 
+def serving_cache(model: nn.Module, layers, n_slots: int, max_ctx: int) -> KVCache:
+    """Ready `model` (with .config, .rope, .serving, .device) to serve up to max_ctx positions
+    with `layers`: RoPE tables long enough, serving weights, and a float32 KV cache for them."""
+    cfg = model.config
+    if model.rope is None or model.rope.cos.shape[0] < max_ctx:
+        model.rope = RotaryEmbedding(cfg.head_dim, cfg.rope_theta, cfg.rope_scaling,
+                                     cfg.max_position_embeddings, max(max_ctx, 64), model.device)
+    if model.serving is None:
+        model.serving = [layer.serving_weights(cfg) for layer in layers]
+    return KVCache(len(model.serving), n_slots, cfg.num_key_value_heads, max_ctx, cfg.head_dim, torch.float32,
+                   model.device)
+
+
 @dataclass
 class ForwardOutput:
     logits: torch.Tensor | None                      # [n_out, V] float32
@@ -280,14 +293,7 @@ class CausalLM(nn.Module):
 
     def new_cache(self, n_slots: int, max_ctx: int) -> KVCache:
         """A KV cache for the serving forward (float32: attention always runs in float32)."""
-        cfg = self.config
-        if self.rope is None or self.rope.cos.shape[0] < max_ctx:
-            self.rope = RotaryEmbedding(cfg.head_dim, cfg.rope_theta, cfg.rope_scaling,
-                                        cfg.max_position_embeddings, max(max_ctx, 64), self.device)
-        if self.serving is None:
-            self.serving = [layer.serving_weights(cfg) for layer in self.model.layers]
-        return KVCache(cfg.num_hidden_layers, n_slots, cfg.num_key_value_heads, max_ctx, cfg.head_dim,
-                       torch.float32, self.device)
+        return serving_cache(self, self.model.layers, n_slots, max_ctx)
 
     # ------------------------------------------------------------------ serving forward
     def forward_step(self, batch: StepBatch, cache: KVCache, taps=(), want_final_hidden: bool = False,

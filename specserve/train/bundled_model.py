@@ -16,7 +16,6 @@ import time
 from dataclasses import asdict
 from pathlib import Path
 
-import numpy as np
 import torch
 import torch.nn.functional as F
 from safetensors.torch import save_file
