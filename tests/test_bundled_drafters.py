@@ -1,0 +1,42 @@
+"""The drafters shipped for the bundled model: each loads, drafts, gets whole runs of drafts
+accepted, keeps greedy output identical in a batch, and the demo runs them all by default."""
+import pytest
+
+from specserve import LLM, SamplingParams
+from specserve.bundled import STDLIB_CODER_DRAFTERS, shipped_drafters
+from specserve.commands.demo import default_spec_types
+from specserve.llm import BUNDLED_MODEL
+from test_cli import run
+
+PROMPTS = ["def parse_header(line):\n    \"\"\"Parse a header line.\"\"\"\n", "class Stack:\n    def __init__(self):\n"]
+
+
+@pytest.fixture(scope="module")
+def baseline():
+    llm = LLM(BUNDLED_MODEL)
+    return [o.token_ids for o in llm.generate(PROMPTS, SamplingParams(temperature=0, max_tokens=48, ignore_eos=True))]
+
+
+def test_every_drafter_is_shipped():
+    assert set(shipped_drafters()) == set(STDLIB_CODER_DRAFTERS)
+
+
+@pytest.mark.parametrize("spec_type", list(STDLIB_CODER_DRAFTERS))
+def test_bundled_drafter_is_accepted_and_lossless(baseline, spec_type):
+    folder, n_max = STDLIB_CODER_DRAFTERS[spec_type]
+    llm = LLM(BUNDLED_MODEL, draft_model=folder, spec_type=spec_type, n_parallel=2, spec_draft_n_max=n_max)
+    assert llm.engine.driver.max_draft() == n_max
+    outs = llm.generate(PROMPTS, SamplingParams(temperature=0, max_tokens=48, ignore_eos=True))
+    assert [o.token_ids for o in outs] == baseline
+    stats = llm.engine.driver.stats_dict()[spec_type]
+    assert stats["n_gen_tokens"] > 0 and stats["n_acc_tokens"] > 0
+    assert 1 + stats["n_acc_tokens"] / stats["n_call_accept"] > 1.3      # runs of drafts are accepted
+
+
+def test_demo_compares_the_bundled_drafters():
+    assert default_spec_types() == "ngram-simple," + ",".join(STDLIB_CODER_DRAFTERS)
+    r = run("demo", "-n", "24")
+    assert r.returncode == 0, r.stderr
+    for name in STDLIB_CODER_DRAFTERS:
+        line = next(line for line in r.stdout.splitlines() if line.startswith(name))
+        assert "output identical to baseline: yes" in line
