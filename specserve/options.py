@@ -39,6 +39,17 @@ SAMPLING_OPTIONS = [
     Option(("--min-p",), "min_p", float, 0.05, "min-p sampling (0.0 = disabled)"),
     Option(("-s", "--seed"), "seed", int, -1, "random seed (-1 = random)"),
     Option(("--ignore-eos",), "ignore_eos", bool, False, "keep generating after the end-of-sequence token"),
+    Option(("--repeat-penalty",), "repeat_penalty", float, 1.0,
+           "penalize tokens among the last --repeat-last-n: positive logits divided, negative multiplied "
+           "(1.0 = disabled)"),
+    Option(("--repeat-last-n",), "repeat_last_n", int, 64,
+           "tokens of prompt and output the penalties look at (0 = disabled, -1 = all)"),
+    Option(("--presence-penalty",), "presence_penalty", float, 0.0,
+           "subtracted once from the logit of every token among the last --repeat-last-n (0.0 = disabled)"),
+    Option(("--frequency-penalty",), "frequency_penalty", float, 0.0,
+           "subtracted per occurrence among the last --repeat-last-n (0.0 = disabled)"),
+    Option(("-l", "--logit-bias"), "logit_bias", str, None,
+           "token biases, a comma list of TOKEN_ID+BIAS or TOKEN_ID-BIAS (e.g. 15043+1,2-inf bans token 2)"),
 ]
 
 SPEC_OPTIONS = [

@@ -13,6 +13,8 @@ import torch
 
 from .errors import InvalidRequestError
 
+WHOLE_HISTORY = 1 << 30          # penalty_last_n for "every token" (llama.cpp's repeat_last_n = -1)
+
 
 @dataclass
 class SamplingParams:
@@ -26,6 +28,14 @@ class SamplingParams:
     stop_token_ids: list[int] = field(default_factory=list)
     ignore_eos: bool = False
     logprobs: int | None = None           # number of top alternatives to report per token
+    # logit adjustments before sampling (specserve/penalties.py); neutral by default
+    presence_penalty: float = 0.0         # subtracted once from every token already generated
+    frequency_penalty: float = 0.0        # subtracted per occurrence
+    repetition_penalty: float = 1.0       # seen tokens: positive logits divided, negative multiplied
+    penalty_last_n: int | None = None     # None: presence/frequency over the output, repetition over
+    #                                       prompt + output (vLLM); N: all three over the last N tokens
+    #                                       of prompt + output (llama.cpp; 0 disables)
+    logit_bias: dict[int, float] = field(default_factory=dict)     # token id -> added (-inf bans)
 
     def __post_init__(self):
         if isinstance(self.stop, str):
@@ -36,6 +46,11 @@ class SamplingParams:
     @property
     def greedy(self) -> bool:
         return self.temperature <= 0
+
+    @property
+    def adjusts_logits(self) -> bool:
+        return bool(self.logit_bias) or self.penalty_last_n != 0 and (
+            self.presence_penalty != 0 or self.frequency_penalty != 0 or self.repetition_penalty != 1)
 
     def validate(self) -> None:
         def bad(field_name, why):
@@ -59,6 +74,18 @@ class SamplingParams:
             bad("stop_token_ids", "must be non-negative integers")
         if any(not isinstance(s, str) for s in self.stop):
             bad("stop", "must be a string or a list of strings")
+        for name in ("presence_penalty", "frequency_penalty"):
+            value = getattr(self, name)
+            if not isinstance(value, (int, float)) or not -2.0 <= value <= 2.0:
+                bad(name, f"must be a number in [-2, 2], got {value!r}")
+        if not isinstance(self.repetition_penalty, (int, float)) or not 0.0 < self.repetition_penalty <= 10.0:
+            bad("repetition_penalty", f"must be a number in (0, 10], got {self.repetition_penalty!r}")
+        if self.penalty_last_n is not None and (not isinstance(self.penalty_last_n, int) or self.penalty_last_n < 0):
+            bad("penalty_last_n", f"must be a non-negative integer, got {self.penalty_last_n!r}")
+        if not isinstance(self.logit_bias, dict) or any(
+                not isinstance(t, int) or t < 0 or not isinstance(b, (int, float)) or b != b
+                for t, b in self.logit_bias.items()):
+            bad("logit_bias", "must map non-negative token ids to numbers")
 
 
 def make_generator(seed: int | None) -> tuple[torch.Generator, int]:

@@ -13,6 +13,7 @@ import torch
 from helpers import write_model
 from proposers_for_tests import FixedQ
 from specserve import LLM, SamplingParams
+from specserve.penalties import adjust_logits
 from specserve.sampling import target_probs
 from specserve.spec import registry
 from specserve.spec.verify import verify_rejection, verify_sample_compare
@@ -48,29 +49,37 @@ def small_vocab_model(tmp_path_factory):
                        vocab_size=VOCAB)
 
 
-def exact_pair_distribution(llm):
-    """P(t2, t3) under plain sampling, from the model's logits."""
-    params = SamplingParams(**PARAMS)
-    p1 = target_probs(llm.score(PROMPT)[-1:], params)[0]
+def exact_pair_distribution(llm, params: SamplingParams | None = None):
+    """P(t2, t3) under plain sampling, from the model's logits (and the params' penalties)."""
+    params = params or SamplingParams(**PARAMS)
+
+    def dist(generated):
+        row = llm.score(PROMPT + generated)[-1:]
+        if params.adjusts_logits:
+            row = adjust_logits(row, params, PROMPT, generated)
+        return target_probs(row, params)[0]
+
+    p1 = dist([])
     joint = torch.zeros(VOCAB, VOCAB)
     for t1 in range(VOCAB):
-        p2 = target_probs(llm.score(PROMPT + [t1])[-1:], params)[0]
+        p2 = dist([t1])
         for t2 in range(VOCAB):
-            p3 = target_probs(llm.score(PROMPT + [t1, t2])[-1:], params)[0]
-            joint[t2] += p1[t1] * p2[t2] * p3
+            joint[t2] += p1[t1] * p2[t2] * dist([t1, t2])
     return joint.flatten()
 
 
-def assert_target_pair_distribution(llm, spec_type: str | None, n: int = 3000, max_tokens: int = 3):
-    """n seeded requests for PROMPT: tokens 2 and 3 jointly follow plain sampling (chi-square),
-    and with speculation some drafts were accepted and some rejected. Returns the stats dict."""
-    outs = llm.generate([PROMPT] * n, [SamplingParams(seed=i, **dict(PARAMS, max_tokens=max_tokens))
-                                       for i in range(n)])
+def assert_target_pair_distribution(llm, spec_type: str | None, n: int = 3000, max_tokens: int = 3, **extra):
+    """n seeded requests for PROMPT (PARAMS plus `extra` sampling fields): tokens 2 and 3 jointly
+    follow plain sampling (chi-square), and with speculation some drafts were accepted and some
+    rejected. Returns the stats dict."""
+    fields = dict(PARAMS, max_tokens=max_tokens, **extra)
+    outs = llm.generate([PROMPT] * n, [SamplingParams(seed=i, **fields) for i in range(n)])
     counts = torch.zeros(VOCAB * VOCAB)
     for o in outs:
         assert len(o.token_ids) == max_tokens
         counts[o.token_ids[1] * VOCAB + o.token_ids[2]] += 1
-    assert chi_square_p_value(counts.tolist(), exact_pair_distribution(llm).tolist()) > 1e-3
+    expected = exact_pair_distribution(llm, SamplingParams(**fields))
+    assert chi_square_p_value(counts.tolist(), expected.tolist()) > 1e-3
     if spec_type is None:
         return None
     stats = llm.engine.driver.stats_dict()[spec_type]

@@ -201,3 +201,31 @@ def test_serve_command_errors(tmp_path):
     assert r.returncode == 1 and "unknown spec type(s) 'draft-magic'" in r.stderr
     r = serve("--port", "eighty")
     assert r.returncode == 2 and "--port" in r.stderr
+
+
+def test_penalties_and_logit_bias_through_both_apis(server, client, tiny_qwen3):
+    """Each API's spelling reaches the engine: the output equals the engine's own with the same
+    adjustments (window of 64 tokens, as llama-server), and bad values are named in a 400."""
+    params = SamplingParams(temperature=0, max_tokens=20, ignore_eos=True, presence_penalty=1.0,
+                            frequency_penalty=0.5, repetition_penalty=1.3, penalty_last_n=64, logit_bias={7: 3.0})
+    want = LLM(tiny_qwen3).generate([REPETITIVE], params)[0].token_ids
+    assert want != _reference(tiny_qwen3, REPETITIVE, 20).token_ids
+    r = client.completions.create(model="m", prompt=REPETITIVE, max_tokens=20, temperature=0, presence_penalty=1.0,
+                                  frequency_penalty=0.5, logit_bias={"7": 3.0},
+                                  extra_body={"repetition_penalty": 1.3, "ignore_eos": True})
+    llama = httpx.post(server.url + "/completion", json={
+        "prompt": REPETITIVE, "n_predict": 20, "temperature": 0, "presence_penalty": 1.0, "frequency_penalty": 0.5,
+        "repeat_penalty": 1.3, "logit_bias": [[7, 3.0]], "ignore_eos": True, "return_tokens": True}).json()
+    assert llama["tokens"] == want
+    assert llama["generation_settings"]["repeat_penalty"] == 1.3
+    assert llama["generation_settings"]["logit_bias"] == [[7, 3.0]]
+    assert r.choices[0].text == llama["content"]
+    banned = httpx.post(server.url + "/completion", json={
+        "prompt": REPETITIVE, "n_predict": 8, "temperature": 0, "logit_bias": [[want[0], False]],
+        "return_tokens": True}).json()
+    assert want[0] not in banned["tokens"][:1]
+    for body, message in (({"presence_penalty": 3}, "'presence_penalty' must be <= 2.0"),
+                          ({"logit_bias": {"7": "x"}}, "'logit_bias' values must be finite numbers"),
+                          ({"logit_bias": {"99999": 1}}, "logit_bias token id 99999 is outside the vocabulary")):
+        resp = httpx.post(server.url + "/v1/completions", json={"prompt": "x", "max_tokens": 2, **body})
+        assert resp.status_code == 400 and message in resp.json()["error"]["message"], resp.text

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -10,7 +11,7 @@ from ..engine.request import Request
 from ..errors import OptionError
 from ..llm import load_engine
 from ..options import add_engine_options, spec_option_values
-from ..sampling import SamplingParams
+from ..sampling import WHOLE_HISTORY, SamplingParams
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -33,7 +34,26 @@ def engine_from_args(args, n_parallel: int | None = None):
 def sampling_from_args(args) -> SamplingParams:
     return SamplingParams(max_tokens=None if args.n_predict < 0 else args.n_predict, temperature=args.temp,
                           top_k=args.top_k, top_p=args.top_p, min_p=args.min_p,
-                          seed=None if args.seed < 0 else args.seed, ignore_eos=args.ignore_eos)
+                          seed=None if args.seed < 0 else args.seed, ignore_eos=args.ignore_eos,
+                          repetition_penalty=args.repeat_penalty, presence_penalty=args.presence_penalty,
+                          frequency_penalty=args.frequency_penalty,
+                          penalty_last_n=WHOLE_HISTORY if args.repeat_last_n == -1 else args.repeat_last_n,
+                          logit_bias=parse_logit_bias_option(args.logit_bias))
+
+
+def parse_logit_bias_option(text: str | None) -> dict[int, float]:
+    """llama.cpp's -l syntax, comma separated: 15043+1,2-inf."""
+    out = {}
+    for item in (text or "").split(","):
+        item = item.strip()
+        if not item:
+            continue
+        match = re.fullmatch(r"(\d+)([+-])(inf|\d+(?:\.\d*)?|\.\d+)", item)
+        if not match:
+            raise OptionError(f"--logit-bias: expected TOKEN_ID+BIAS or TOKEN_ID-BIAS, got {item!r}")
+        token, sign, value = match.groups()
+        out[int(token)] = float(value) * (1 if sign == "+" else -1)
+    return out
 
 
 def timing_lines(timings: dict) -> list[str]:

@@ -42,7 +42,10 @@ def settings_from_args(args):
         timeout=args.timeout,
         defaults=SamplingDefaults(temperature=sampling.temperature, top_k=sampling.top_k, top_p=sampling.top_p,
                                   min_p=sampling.min_p, seed=sampling.seed, max_tokens=sampling.max_tokens,
-                                  ignore_eos=sampling.ignore_eos),
+                                  ignore_eos=sampling.ignore_eos, presence_penalty=sampling.presence_penalty,
+                                  frequency_penalty=sampling.frequency_penalty,
+                                  repetition_penalty=sampling.repetition_penalty,
+                                  penalty_last_n=sampling.penalty_last_n, logit_bias=sampling.logit_bias),
         spec_types=parse_spec_types(args.spec_type), spec_options=spec_option_values(args))
 
 

@@ -24,6 +24,7 @@ from ..errors import ContextOverflowError, InvalidRequestError
 from ..models.step_batch import StepBatch
 from ..models.tokenizer import IncrementalDetokenizer, Tokenizer
 from ..models.transformer import CausalLM
+from ..penalties import adjust_logits
 from ..sampling import make_generator, sample_rows, target_probs
 from ..spec.base import DraftRequest, TargetBatch
 from ..spec.driver import SpecDriver
@@ -69,6 +70,9 @@ class Engine:
         if bad:
             raise InvalidRequestError(f"prompt token id {bad[0]} is outside the vocabulary (size {vocab})")
         request.params.validate()
+        bad = [t for t in request.params.logit_bias if t >= vocab]
+        if bad:
+            raise InvalidRequestError(f"logit_bias token id {bad[0]} is outside the vocabulary (size {vocab})")
 
     def add_request(self, request: Request) -> None:
         self.validate(request)
@@ -207,10 +211,12 @@ class Engine:
             k = len(draft.tokens) if draft else 0
             i0 = first_out[r.slot]
             try:
+                rows = self._adjusted(r, logits[i0:i0 + k + 1], draft.tokens if draft else ())
                 if r.params.greedy:
-                    emitted = verify_greedy(draft.tokens if draft else [], argmax[i0:i0 + k + 1])
+                    best = argmax[i0:i0 + k + 1] if rows is None else rows.argmax(dim=-1).tolist()
+                    emitted = verify_greedy(draft.tokens if draft else [], best)
                 else:
-                    probs = target_probs(logits[i0:i0 + k + 1], r.params)
+                    probs = target_probs(logits[i0:i0 + k + 1] if rows is None else rows, r.params)
                     if draft is None:
                         emitted = [int(sample_rows(probs, r.generator)[0])]
                     elif draft.q_probs is None:
@@ -241,10 +247,12 @@ class Engine:
                 continue
             try:
                 row = logits[first_out[r.slot]:first_out[r.slot] + 1]
+                adjusted = self._adjusted(r, row)
                 if r.params.greedy:
-                    token = argmax[first_out[r.slot]]
+                    token = argmax[first_out[r.slot]] if adjusted is None else int(adjusted[0].argmax())
                 else:
-                    token = int(sample_rows(target_probs(row, r.params), r.generator)[0])
+                    token = int(sample_rows(target_probs(row if adjusted is None else adjusted, r.params),
+                                            r.generator)[0])
                 r.state = State.GENERATING
                 r.t_first_token = time.perf_counter()
                 r.id_last = token
@@ -256,6 +264,13 @@ class Engine:
                 self._finish(r, "error", error=f"internal error: {type(exc).__name__}: {exc}")
         if driver is not None and generating:
             driver.step_done(time.perf_counter() - t_start)
+
+    @staticmethod
+    def _adjusted(r: Request, rows: torch.Tensor, drafts=()) -> torch.Tensor | None:
+        """The rows with the request's logit bias and penalties applied (None: nothing to apply)."""
+        if not r.params.adjusts_logits:
+            return None
+        return adjust_logits(rows, r.params, r.prompt_ids, r.output_ids, drafts)
 
     # ------------------------------------------------------------------ output
     def _emit(self, r: Request, tokens: list[int], logits_rows: torch.Tensor) -> None:

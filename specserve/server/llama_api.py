@@ -9,7 +9,7 @@ from __future__ import annotations
 from ..engine.engine import Engine
 from ..engine.request import Request, RequestOutput, TokenLogprob
 from ..models.tokenizer import Tokenizer
-from ..sampling import SamplingParams
+from ..sampling import WHOLE_HISTORY, SamplingParams
 from .body import Body, describe
 from .errors import bad_request
 from .openai_schema import Job, make_params, sampling_fields
@@ -17,10 +17,9 @@ from .settings import ServerSettings
 from .token_text import TokenTexts
 
 NEUTRAL_SAMPLERS = {
-    "repeat_penalty": (None, 1, 1.0), "presence_penalty": (None, 0, 0.0), "frequency_penalty": (None, 0, 0.0),
     "mirostat": (None, 0), "typical_p": (None, 1, 1.0), "dynatemp_range": (None, 0, 0.0),
     "xtc_probability": (None, 0, 0.0), "dry_multiplier": (None, 0, 0.0), "top_n_sigma": (None, -1, -1.0),
-    "grammar": (None, ""), "json_schema": (None,), "logit_bias": (None,), "lora": (None,),
+    "grammar": (None, ""), "json_schema": (None,), "lora": (None,),
 }
 
 
@@ -58,7 +57,7 @@ def parse_llama_completion(data: dict, tokenizer: Tokenizer | None, settings: Se
                           "n_predict")
     for name, neutral in NEUTRAL_SAMPLERS.items():
         body.unsupported(name, neutral)
-    fields = sampling_fields(body, settings.defaults, temperature_min=None, temperature_max=None)
+    fields = sampling_fields(body, settings.defaults, tokenizer, temperature_min=None, temperature_max=None)
     fields["max_tokens"] = None if n_predict < 0 else n_predict
     n_probs = body.integer("n_probs", 0, 0, 20)
     fields["logprobs"] = n_probs if n_probs > 0 else None
@@ -73,6 +72,10 @@ def generation_settings(params: SamplingParams, settings: ServerSettings, stream
         "seed": -1 if params.seed is None else params.seed,
         "temperature": params.temperature, "top_k": params.top_k, "top_p": params.top_p, "min_p": params.min_p,
         "stop": list(params.stop), "ignore_eos": params.ignore_eos,
+        "repeat_penalty": params.repetition_penalty, "presence_penalty": params.presence_penalty,
+        "frequency_penalty": params.frequency_penalty,
+        "repeat_last_n": -1 if (params.penalty_last_n or 0) >= WHOLE_HISTORY else params.penalty_last_n,
+        "logit_bias": [[t, b if b != float("-inf") else False] for t, b in params.logit_bias.items()],
         "n_probs": params.logprobs or 0, "stream": stream,
         "speculative.types": ",".join(settings.spec_types) or "none",
         "speculative.n_max": spec.get("spec_draft_n_max"), "speculative.n_min": spec.get("spec_draft_n_min"),

@@ -14,6 +14,7 @@ from ..models.tokenizer import Tokenizer
 from ..sampling import SamplingParams
 from .body import Body, describe
 from .errors import bad_request
+from .penalty_fields import penalty_fields
 from .settings import SamplingDefaults
 
 SEED_MIN, SEED_MAX = -(1 << 63), (1 << 64) - 1
@@ -38,11 +39,12 @@ class Job:
     continuous_usage: bool = False        # usage so far on every stream chunk (vLLM)
 
 
-def sampling_fields(body: Body, defaults: SamplingDefaults, temperature_min: float | None = 0.0,
-                    temperature_max: float | None = 2.0) -> dict:
+def sampling_fields(body: Body, defaults: SamplingDefaults, tokenizer: Tokenizer | None,
+                    temperature_min: float | None = 0.0, temperature_max: float | None = 2.0) -> dict:
     """The sampling fields every generation route shares, as SamplingParams keyword arguments."""
     top_k = body.integer("top_k", defaults.top_k, minimum=-1)
     return {
+        **penalty_fields(body, defaults, tokenizer),
         "temperature": body.number("temperature", defaults.temperature, temperature_min, temperature_max),
         "top_p": body.number("top_p", defaults.top_p, 0.0, 1.0),
         "top_k": max(top_k, 0),
@@ -62,16 +64,12 @@ def make_params(**fields) -> SamplingParams:
         raise bad_request(str(exc), name) from None
 
 
-def _openai_common(body: Body, defaults: SamplingDefaults) -> dict:
+def _openai_common(body: Body, defaults: SamplingDefaults, tokenizer: Tokenizer | None) -> dict:
     n = body.integer("n", 1, minimum=1)
     if n != 1:
         raise bad_request(f"'n' = {n} is not supported: this server returns one choice per request "
                           f"(send {n} requests, each with its own seed)", "n", "unsupported_parameter")
-    for name in ("presence_penalty", "frequency_penalty"):
-        body.unsupported(name, (None, 0, 0.0))
-    body.unsupported("repetition_penalty", (None, 1, 1.0))
-    body.unsupported("logit_bias")
-    fields = sampling_fields(body, defaults)
+    fields = sampling_fields(body, defaults, tokenizer)
     fields["max_tokens"] = body.integer("max_tokens", defaults.max_tokens, minimum=1)
     return fields
 
@@ -140,7 +138,7 @@ def parse_chat(data: dict, tokenizer: Tokenizer | None, defaults: SamplingDefaul
     messages = chat_messages(body)
     stream = body.boolean("stream")
     include_usage, continuous_usage = _stream_options(body, stream)
-    fields = _openai_common(body, defaults)
+    fields = _openai_common(body, defaults, tokenizer)
     fields["max_tokens"] = body.integer("max_completion_tokens", fields["max_tokens"], minimum=1)
     want_logprobs = body.boolean("logprobs")
     top_logprobs = body.integer("top_logprobs", None, 0, 20)
@@ -198,7 +196,7 @@ def parse_completion(data: dict, tokenizer: Tokenizer | None, defaults: Sampling
     prompt_ids, prompt_text = completion_prompt(body, tokenizer)
     stream = body.boolean("stream")
     include_usage, continuous_usage = _stream_options(body, stream)
-    fields = _openai_common(body, defaults)
+    fields = _openai_common(body, defaults, tokenizer)
     body.unsupported("best_of", (None, 1))
     body.unsupported("echo", (None, False))
     body.unsupported("suffix", (None, ""))

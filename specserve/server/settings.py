@@ -14,6 +14,11 @@ class SamplingDefaults:
     seed: int | None = None          # None: a random seed per request
     max_tokens: int | None = None    # None: until EOS or the context is full
     ignore_eos: bool = False
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    repetition_penalty: float = 1.0
+    penalty_last_n: int = 64         # llama-server's --repeat-last-n
+    logit_bias: dict = field(default_factory=dict)
 
 
 @dataclass
