@@ -15,7 +15,8 @@ writes JSON.
         [--spec-types ngram-simple,ngram-mod+schedule,...] [--draft-model DIR] [--max-tokens 128]
         [-- extra server options]
 
-Types that need a draft model are skipped (with the server's error) unless --draft-model is given.
+The draft-* types use the bundled drafters with the bundled model (or --draft-model); a type
+that cannot start is skipped with the server's error.
 """
 from __future__ import annotations
 
@@ -37,6 +38,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from specserve.bundled import shipped_drafters  # noqa: E402
 from specserve.llm import BUNDLED_MODEL  # noqa: E402
 from specserve.spec.registry import available_types  # noqa: E402
 
@@ -60,8 +62,12 @@ class Server:
         extra = [*extra, "--spec-schedule"] if variant == "schedule" else extra
         cmd = [sys.executable, "-m", "specserve", "serve", "-m", model, "--port", str(self.port), "-np",
                str(slots), "--spec-type", spec_type, "--temp", "0", *extra]
-        if draft_model and spec_type.startswith("draft-"):
-            cmd += ["-md", draft_model]
+        if spec_type.startswith("draft-"):
+            shipped = shipped_drafters().get(spec_type) if Path(model) == BUNDLED_MODEL else None
+            if draft_model:
+                cmd += ["-md", draft_model]
+            elif shipped:           # the bundled model's own drafter, at the block it was trained for
+                cmd += ["-md", str(shipped[0]), "--spec-draft-n-max", str(shipped[1])]
         self.log_path = log_path
         self.log = open(log_path, "w")
         env = dict(os.environ, PYTHONPATH=str(ROOT))

@@ -229,3 +229,28 @@ def test_penalties_and_logit_bias_through_both_apis(server, client, tiny_qwen3):
                           ({"logit_bias": {"99999": 1}}, "logit_bias token id 99999 is outside the vocabulary")):
         resp = httpx.post(server.url + "/v1/completions", json={"prompt": "x", "max_tokens": 2, **body})
         assert resp.status_code == 400 and message in resp.json()["error"]["message"], resp.text
+
+
+def test_n_choices_are_seeded_requests(server, client):
+    """`n` = 3 gives three choices; choice i is the request with seed + i (choice 0 = the same request
+    with n = 1); usage counts the prompt once; streaming interleaves choices by index."""
+    sampling = dict(model="m", max_tokens=12, temperature=1.0, top_p=1.0, extra_body={"top_k": 0, "min_p": 0.0})
+    many = client.chat.completions.create(messages=MESSAGES, n=3, seed=5, **sampling)
+    singles = [client.chat.completions.create(messages=MESSAGES, seed=5 + i, **sampling) for i in range(3)]
+    assert [c.index for c in many.choices] == [0, 1, 2]
+    assert [c.message.content for c in many.choices] == [s.choices[0].message.content for s in singles]
+    assert len({c.message.content for c in many.choices}) > 1            # different seeds, different samples
+    assert many.usage.prompt_tokens == singles[0].usage.prompt_tokens
+    assert many.usage.completion_tokens == sum(s.usage.completion_tokens for s in singles)
+
+    whole = client.completions.create(prompt=REPETITIVE, n=2, seed=9, **sampling)
+    chunks = list(client.completions.create(prompt=REPETITIVE, n=2, seed=9, stream=True,
+                                            stream_options={"include_usage": True}, **sampling))
+    texts = {0: "", 1: ""}
+    for chunk in chunks:
+        for choice in chunk.choices:
+            texts[choice.index] += choice.text
+    assert [texts[0], texts[1]] == [c.text for c in whole.choices]
+    finished = [c.choices[0].index for c in chunks if c.choices and c.choices[0].finish_reason]
+    assert sorted(finished) == [0, 1]
+    assert chunks[-1].usage.completion_tokens == whole.usage.completion_tokens

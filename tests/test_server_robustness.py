@@ -75,7 +75,7 @@ BAD_REQUESTS = [
      "maximum context length is 16384"),
     ("/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}], "temperature": "hot"}, 400,
      "'temperature' must be a finite number"),
-    ("/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}], "n": 3}, 400, "'n' = 3"),
+    ("/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}], "n": 65}, 400, "'n' must be <= 64"),
     ("/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}], "frobnicate": 1}, 400,
      "Unrecognized request argument supplied: frobnicate"),
     ("/v1/completions", {"prompt": "x " * 20000}, 400, "the context size is 16384"),

@@ -26,7 +26,7 @@ from . import openai_responses as oai
 from .engine_loop import EngineLoop, RequestStream
 from .errors import ApiError, bad_request
 from .metrics import ServerMetrics
-from .openai_schema import Job
+from .openai_schema import Job, choice_jobs
 from .settings import ServerSettings
 from .token_text import TokenTexts
 
@@ -139,53 +139,87 @@ class Generation:
             extras["metrics"] = {"speculative_decoding": running.request.spec.vllm_metrics(self.num_spec_tokens)}
         return extras
 
-    async def run_to_end(self, http: HttpRequest, running: Running) -> RequestOutput:
-        """Wait for the final update of a non-streaming request (aborting it if the client leaves)."""
-        watcher = asyncio.create_task(self._abort_on_disconnect(http, running))
+    async def run_to_end(self, http: HttpRequest, runs: list[Running]) -> list[RequestOutput]:
+        """Wait for the final updates of non-streaming requests (aborting them if the client leaves)."""
+        watcher = asyncio.create_task(self._abort_on_disconnect(http, runs))
+        outs = []
         try:
-            while True:
-                out = await self._next(running)
-                if out.finished:
-                    break
+            for running in runs:
+                while True:
+                    out = await self._next(running)
+                    if out.finished:
+                        break
+                outs.append(out)
         finally:
             watcher.cancel()
-            self._release(running)
-        error = self.failure(running, out)
-        if error is not None:
-            raise error
-        return out
+            for running in runs:
+                self._release(running)
+        for running, out in zip(runs, outs):
+            error = self.failure(running, out)
+            if error is not None:
+                raise error
+        return outs
 
-    async def _abort_on_disconnect(self, http: HttpRequest, running: Running) -> None:
+    async def _abort_on_disconnect(self, http: HttpRequest, runs: list[Running]) -> None:
         while True:
             message = await http.receive()
             if message["type"] == "http.disconnect":
-                log.info("client of %s disconnected; aborting it", running.request.request_id)
-                self.loop.abort(running.request.request_id)
+                for running in runs:
+                    log.info("client of %s disconnected; aborting it", running.request.request_id)
+                    self.loop.abort(running.request.request_id)
                 return
 
     # ------------------------------------------------------------ OpenAI routes
+    def submit_choices(self, job: Job, response_id: str, prompt_param: str) -> list[Running]:
+        """One engine request per choice (`n`); all or none are queued."""
+        jobs = choice_jobs(job)
+        runs: list[Running] = []
+        try:
+            for i, choice in enumerate(jobs):
+                runs.append(self.submit(choice, response_id if len(jobs) == 1 else f"{response_id}-{i}",
+                                        prompt_param))
+        except Exception:
+            for running in runs:
+                self._release(running)
+            raise
+        return runs
+
     async def openai(self, http: HttpRequest, job: Job, chat: bool):
         response_id = f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex}"
-        running = self.submit(job, response_id, "messages" if chat else "prompt")
+        runs = self.submit_choices(job, response_id, "messages" if chat else "prompt")
         if job.stream:
-            return self.openai_stream(running, response_id, chat)
-        out = await self.run_to_end(http, running)
-        texts = self.texts
+            return self.openai_stream(runs, response_id, chat)
+        outs = await self.run_to_end(http, runs)
+        texts, extras = self.texts, self.extras(runs[0], outs[0])
         created, model = int(time.time()), self.settings.model_name
         if chat:
-            logprobs = oai.chat_logprobs(texts, running.logprobs) if job.want_logprobs else None
-            return oai.chat_response(response_id, created, model, job, out, logprobs, self.extras(running, out))
-        logprobs = oai.completion_logprobs(texts, running.logprobs, oai.TextOffsets()) if job.want_logprobs else None
-        return oai.completion_response(response_id, created, model, job, out, logprobs, self.extras(running, out))
+            logprobs = [oai.chat_logprobs(texts, r.logprobs) if job.want_logprobs else None for r in runs]
+            return oai.chat_response(response_id, created, model, job, outs, logprobs, extras)
+        logprobs = [oai.completion_logprobs(texts, r.logprobs, oai.TextOffsets()) if job.want_logprobs else None
+                    for r in runs]
+        return oai.completion_response(response_id, created, model, job, outs, logprobs, extras)
 
-    async def openai_stream(self, running: Running, response_id: str, chat: bool) -> AsyncIterator[str]:
-        job, texts = running.job, self.texts
+    async def openai_stream(self, runs: list[Running], response_id: str, chat: bool) -> AsyncIterator[str]:
+        """SSE chunks of every choice as they come (each chunk names its choice's `index`)."""
+        job, texts = runs[0].job, self.texts
         created, model = int(time.time()), self.settings.model_name
-        sent_role, offsets = False, oai.TextOffsets()
-        try:
+        sent_role = [False] * len(runs)
+        offsets = [oai.TextOffsets() for _ in runs]
+        finals: list[RequestOutput | None] = [None] * len(runs)
+        updates: asyncio.Queue = asyncio.Queue()
+
+        async def pump(index: int, running: Running) -> None:
             while True:
                 out = await self._next(running)
-                error = self.failure(running, out) if out.finished else None
+                await updates.put((index, out))
+                if out.finished:
+                    return
+
+        pumps = [asyncio.create_task(pump(i, r)) for i, r in enumerate(runs)]
+        try:
+            while any(f is None for f in finals):
+                index, out = await updates.get()
+                error = self.failure(runs[index], out) if out.finished else None
                 if error is not None:
                     yield sse(error.body())
                     break
@@ -193,43 +227,45 @@ class Generation:
                 if job.continuous_usage:
                     per_token["usage"] = oai.output_usage(out)
                 has_logprobs = job.want_logprobs and bool(out.new_token_ids)
-                if out.new_text or has_logprobs or (chat and not sent_role and out.finished):
+                if out.new_text or has_logprobs or (chat and not sent_role[index] and out.finished):
                     if chat:
                         delta = {"content": out.new_text}
-                        if not sent_role:
+                        if not sent_role[index]:
                             delta = {"role": "assistant", **delta}
-                            sent_role = True
+                            sent_role[index] = True
                         logprobs = oai.chat_logprobs(texts, out.logprobs) if has_logprobs else None
                         yield sse(oai.chat_chunk(response_id, created, model, delta, logprobs=logprobs,
-                                                 extras=per_token))
+                                                 extras=per_token, index=index))
                     else:
-                        logprobs = oai.completion_logprobs(texts, out.logprobs, offsets) if has_logprobs else None
+                        logprobs = (oai.completion_logprobs(texts, out.logprobs, offsets[index])
+                                    if has_logprobs else None)
                         yield sse(oai.completion_chunk(response_id, created, model, out.new_text,
-                                                       logprobs=logprobs, extras=per_token))
+                                                       logprobs=logprobs, extras=per_token, index=index))
                 if out.finished:
-                    extras = self.extras(running, out)
-                    last = {**extras, **per_token}
+                    finals[index] = out
+                    last = {**self.extras(runs[index], out), **per_token}
                     stop = oai.stop_reason(job, out)
-                    if chat:
-                        yield sse(oai.chat_chunk(response_id, created, model, {}, out.finish_reason,
-                                                 stop=stop, extras=last))
-                    else:
-                        yield sse(oai.completion_chunk(response_id, created, model, "", out.finish_reason,
-                                                       stop=stop, extras=last))
-                    if job.include_usage:
-                        obj = "chat.completion.chunk" if chat else "text_completion"
-                        yield sse(oai.usage_chunk(response_id, created, model, obj, out, extras))
-                    break
+                    chunk = oai.chat_chunk if chat else oai.completion_chunk
+                    yield sse(chunk(response_id, created, model, {} if chat else "", out.finish_reason,
+                                    stop=stop, extras=last, index=index))
+            else:
+                if job.include_usage:
+                    obj = "chat.completion.chunk" if chat else "text_completion"
+                    yield sse(oai.usage_chunk(response_id, created, model, obj, finals,
+                                              self.extras(runs[0], finals[0])))
             yield "data: [DONE]\n\n"
         finally:
-            self._release(running)
+            for task in pumps:
+                task.cancel()
+            for running in runs:
+                self._release(running)
 
     # ------------------------------------------------------------ llama-server /completion
     async def llama_completion(self, http: HttpRequest, job: Job):
         running = self.submit(job, f"cmpl-{uuid.uuid4().hex}", "prompt")
         if job.stream:
             return self.llama_stream(running)
-        out = await self.run_to_end(http, running)
+        (out,) = await self.run_to_end(http, [running])
         texts = self.texts
         probabilities = llama_api.completion_probabilities(texts, running.logprobs) if job.want_logprobs else None
         return llama_api.final_response(running.request, out, job, self.settings, out.text, list(out.token_ids),

@@ -14,8 +14,9 @@ def usage(n_prompt: int, n_completion: int) -> dict:
             "prompt_tokens_details": {"cached_tokens": 0}}
 
 
-def output_usage(out: RequestOutput) -> dict:
-    return usage(len(out.prompt_token_ids), len(out.token_ids))
+def output_usage(*outs: RequestOutput) -> dict:
+    """The prompt once, the completions of every choice."""
+    return usage(len(outs[0].prompt_token_ids), sum(len(o.token_ids) for o in outs))
 
 
 def stop_reason(job: Job, out: RequestOutput):
@@ -56,30 +57,31 @@ def completion_logprobs(texts: TokenTexts, entries: list[TokenLogprob], offsets:
             "text_offset": [offsets.next(texts.get(e.token_id)[1]) for e in entries]}
 
 
-def chat_response(response_id: str, created: int, model: str, job: Job, out: RequestOutput,
-                  logprobs: dict | None, extras: dict) -> dict:
+def chat_response(response_id: str, created: int, model: str, job: Job, outs: list[RequestOutput],
+                  logprobs: list[dict | None], extras: dict) -> dict:
     return {
         "id": response_id, "object": "chat.completion", "created": created, "model": model,
-        "choices": [{"index": 0, "message": {"role": "assistant", "content": out.text},
-                     "logprobs": logprobs, "finish_reason": out.finish_reason,
-                     "stop_reason": stop_reason(job, out)}],
-        "usage": output_usage(out), **extras,
+        "choices": [{"index": i, "message": {"role": "assistant", "content": out.text},
+                     "logprobs": lp, "finish_reason": out.finish_reason, "stop_reason": stop_reason(job, out)}
+                    for i, (out, lp) in enumerate(zip(outs, logprobs))],
+        "usage": output_usage(*outs), **extras,
     }
 
 
-def completion_response(response_id: str, created: int, model: str, job: Job, out: RequestOutput,
-                        logprobs: dict | None, extras: dict) -> dict:
+def completion_response(response_id: str, created: int, model: str, job: Job, outs: list[RequestOutput],
+                        logprobs: list[dict | None], extras: dict) -> dict:
     return {
         "id": response_id, "object": "text_completion", "created": created, "model": model,
-        "choices": [{"index": 0, "text": out.text, "logprobs": logprobs, "finish_reason": out.finish_reason,
-                     "stop_reason": stop_reason(job, out)}],
-        "usage": output_usage(out), **extras,
+        "choices": [{"index": i, "text": out.text, "logprobs": lp, "finish_reason": out.finish_reason,
+                     "stop_reason": stop_reason(job, out)} for i, (out, lp) in enumerate(zip(outs, logprobs))],
+        "usage": output_usage(*outs), **extras,
     }
 
 
 def chat_chunk(response_id: str, created: int, model: str, delta: dict, finish_reason: str | None = None,
-               logprobs: dict | None = None, stop: str | int | None = None, extras: dict | None = None) -> dict:
-    choice = {"index": 0, "delta": delta, "logprobs": logprobs, "finish_reason": finish_reason}
+               logprobs: dict | None = None, stop: str | int | None = None, extras: dict | None = None,
+               index: int = 0) -> dict:
+    choice = {"index": index, "delta": delta, "logprobs": logprobs, "finish_reason": finish_reason}
     if finish_reason is not None:
         choice["stop_reason"] = stop
     return {"id": response_id, "object": "chat.completion.chunk", "created": created, "model": model,
@@ -88,15 +90,16 @@ def chat_chunk(response_id: str, created: int, model: str, delta: dict, finish_r
 
 def completion_chunk(response_id: str, created: int, model: str, text: str, finish_reason: str | None = None,
                      logprobs: dict | None = None, stop: str | int | None = None,
-                     extras: dict | None = None) -> dict:
-    choice = {"index": 0, "text": text, "logprobs": logprobs, "finish_reason": finish_reason}
+                     extras: dict | None = None, index: int = 0) -> dict:
+    choice = {"index": index, "text": text, "logprobs": logprobs, "finish_reason": finish_reason}
     if finish_reason is not None:
         choice["stop_reason"] = stop
     return {"id": response_id, "object": "text_completion", "created": created, "model": model,
             "choices": [choice], "usage": None, **(extras or {})}
 
 
-def usage_chunk(response_id: str, created: int, model: str, obj: str, out: RequestOutput, extras: dict) -> dict:
+def usage_chunk(response_id: str, created: int, model: str, obj: str, outs: list[RequestOutput],
+                extras: dict) -> dict:
     """The final chunk of `stream_options.include_usage`: no choices, the full usage."""
     return {"id": response_id, "object": obj, "created": created, "model": model, "choices": [],
-            "usage": output_usage(out), **extras}
+            "usage": output_usage(*outs), **extras}

@@ -7,6 +7,7 @@ their neutral value, so nothing a client asks for is silently ignored.
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 from ..errors import InvalidRequestError
@@ -18,6 +19,7 @@ from .penalty_fields import penalty_fields
 from .settings import SamplingDefaults
 
 SEED_MIN, SEED_MAX = -(1 << 63), (1 << 64) - 1
+MAX_CHOICES = 64                          # most choices (`n`) per request
 CHAT_ROLES = ("system", "developer", "user", "assistant", "tool", "function")
 
 # accepted and without effect on generation
@@ -37,6 +39,7 @@ class Job:
     timings_per_token: bool = False
     max_tokens_given: bool = True         # False: max_tokens is the server's default (-n)
     continuous_usage: bool = False        # usage so far on every stream chunk (vLLM)
+    n: int = 1                            # choices: n requests with seeds seed, seed+1, ... (or random)
 
 
 def sampling_fields(body: Body, defaults: SamplingDefaults, tokenizer: Tokenizer | None,
@@ -64,14 +67,12 @@ def make_params(**fields) -> SamplingParams:
         raise bad_request(str(exc), name) from None
 
 
-def _openai_common(body: Body, defaults: SamplingDefaults, tokenizer: Tokenizer | None) -> dict:
-    n = body.integer("n", 1, minimum=1)
-    if n != 1:
-        raise bad_request(f"'n' = {n} is not supported: this server returns one choice per request "
-                          f"(send {n} requests, each with its own seed)", "n", "unsupported_parameter")
+def _openai_common(body: Body, defaults: SamplingDefaults, tokenizer: Tokenizer | None) -> tuple[dict, int]:
+    """(SamplingParams fields, n)."""
+    n = body.integer("n", 1, minimum=1, maximum=MAX_CHOICES)
     fields = sampling_fields(body, defaults, tokenizer)
     fields["max_tokens"] = body.integer("max_tokens", defaults.max_tokens, minimum=1)
-    return fields
+    return fields, n
 
 
 def _stream_options(body: Body, stream: bool) -> tuple[bool, bool]:
@@ -138,7 +139,7 @@ def parse_chat(data: dict, tokenizer: Tokenizer | None, defaults: SamplingDefaul
     messages = chat_messages(body)
     stream = body.boolean("stream")
     include_usage, continuous_usage = _stream_options(body, stream)
-    fields = _openai_common(body, defaults, tokenizer)
+    fields, n = _openai_common(body, defaults, tokenizer)
     fields["max_tokens"] = body.integer("max_completion_tokens", fields["max_tokens"], minimum=1)
     want_logprobs = body.boolean("logprobs")
     top_logprobs = body.integer("top_logprobs", None, 0, 20)
@@ -168,7 +169,7 @@ def parse_chat(data: dict, tokenizer: Tokenizer | None, defaults: SamplingDefaul
         raise bad_request(str(exc), "messages") from None
     given = data.get("max_tokens") is not None or data.get("max_completion_tokens") is not None
     return Job(tokenizer.encode(text, add_special_tokens=False), make_params(**fields), text, stream,
-               include_usage, want_logprobs, timings_per_token, given, continuous_usage)
+               include_usage, want_logprobs, timings_per_token, given, continuous_usage, n)
 
 
 def completion_prompt(body: Body, tokenizer: Tokenizer | None) -> tuple[list[int], str]:
@@ -196,7 +197,7 @@ def parse_completion(data: dict, tokenizer: Tokenizer | None, defaults: Sampling
     prompt_ids, prompt_text = completion_prompt(body, tokenizer)
     stream = body.boolean("stream")
     include_usage, continuous_usage = _stream_options(body, stream)
-    fields = _openai_common(body, defaults, tokenizer)
+    fields, n = _openai_common(body, defaults, tokenizer)
     body.unsupported("best_of", (None, 1))
     body.unsupported("echo", (None, False))
     body.unsupported("suffix", (None, ""))
@@ -205,7 +206,17 @@ def parse_completion(data: dict, tokenizer: Tokenizer | None, defaults: Sampling
     timings_per_token = body.boolean("timings_per_token")
     body.reject_unknown(IGNORED_FIELDS)
     return Job(prompt_ids, make_params(**fields), prompt_text, stream, include_usage, logprobs is not None,
-               timings_per_token, data.get("max_tokens") is not None, continuous_usage)
+               timings_per_token, data.get("max_tokens") is not None, continuous_usage, n)
+
+
+def choice_jobs(job: Job) -> list[Job]:
+    """One job per choice. Choice i is seeded with seed + i, so a seeded request is reproducible
+    and choice 0 equals the same request with n = 1; without a seed each choice draws its own."""
+    if job.n == 1:
+        return [job]
+    seed = job.params.seed
+    return [dataclasses.replace(job, params=dataclasses.replace(
+        job.params, seed=None if seed is None or seed < 0 else (seed + i) % (1 << 64))) for i in range(job.n)]
 
 
 def check_room(job: Job, ctx_size: int) -> None:
