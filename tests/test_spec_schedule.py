@@ -52,19 +52,23 @@ def test_attention_groups_split_a_long_segment_from_one_row_slots():
     assert len(split_by_length(even, 2)) == 1
 
 
-def test_grouped_attention_is_bit_identical(tiny_qwen3):
+@pytest.mark.parametrize("long_slot", [11, 5])
+def test_grouped_attention_is_bit_identical(tiny_qwen3, long_slot):
+    """A one-row slot's logits beside a long segment equal its logits alone, whether its group's slots
+    are contiguous (long segment last) or not (long segment in the middle: the group reads a slice
+    of the cache with padding rows for the slot it skips)."""
     from specserve.models.transformer import CausalLM
     model = CausalLM.from_pretrained(tiny_qwen3)
     prefix = torch.arange(10, 50)
-    rows_alone = [(0, [7], 40)]
     c_alone, c_mixed = model.new_cache(12, 256), model.new_cache(12, 256)
     for c in (c_alone, c_mixed):
         model.forward_step(StepBatch.build([(s, prefix, 0) for s in range(12)], [0]), c)
-    alone = model.forward_step(StepBatch.build(rows_alone, [0]), c_alone)
-    mixed_rows = rows_alone + [(s, [7], 40) for s in range(1, 11)] + [(11, list(range(3, 70)), 40)]
+    alone = model.forward_step(StepBatch.build([(0, [7], 40)], [0]), c_alone)
+    mixed_rows = [(s, list(range(3, 70)) if s == long_slot else [7], 40) for s in range(12)]
     batch = StepBatch.build(mixed_rows, [0])
     mixed = model.forward_step(batch, c_mixed)
     assert len(batch.groups) == 2
+    assert isinstance(batch.groups[0].slot_select, slice) and batch.groups[0].n_slots == 12 - (long_slot == 11)
     assert torch.equal(alone.logits, mixed.logits)
 
 

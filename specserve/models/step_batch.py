@@ -11,7 +11,8 @@ which is what makes greedy speculation exactly lossless.
 Padding every slot to the longest segment would make one long draft (or a prompt chunk)
 multiply the attention cost of all the one-row slots beside it, so slots are split into
 attention groups by segment length (powers of two) when that saves enough padded rows; each
-group is one padded matmul.
+group is one padded matmul. A group reads its slots' keys as a slice of the cache (slots in
+between get padding rows) unless its rows are long, when copying its slots' keys is cheaper.
 """
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ import torch
 
 KEY_BLOCK = 64
 MIN_ROWS = 4
+SPAN_ROWS = 8       # groups of at most this many rows per slot read a slice of the cache, never a copy
 
 
 @dataclass
@@ -111,22 +113,25 @@ class StepBatch:
         self.extra["cache_index"] = flat.reshape(-1)
 
     def _attention_group(self, segs: list[Segment], min_rows: int, whole: bool, device) -> AttentionGroup:
-        n_slots = len(segs)
         q_rows = max(max(s.n_rows for s in segs), min_rows)
         key_len = -(-max(s.pos0 + s.n_rows for s in segs) // KEY_BLOCK) * KEY_BLOCK
         slots = [s.slot for s in segs]
-        if slots == list(range(slots[0], slots[0] + n_slots)):
-            slot_select = slice(slots[0], slots[0] + n_slots)
+        lo, hi = min(slots), max(slots)
+        if slots == list(range(lo, lo + len(segs))) or q_rows <= SPAN_ROWS:
+            # a slice of the cache (no copy of the keys); slots in the span that are not in the
+            # group get padding rows, computed and thrown away
+            slot_select, place = slice(lo, hi + 1), [s.slot - lo for s in segs]
         else:
-            slot_select = torch.tensor(slots, dtype=torch.int64, device=device)
+            slot_select, place = torch.tensor(slots, dtype=torch.int64, device=device), list(range(len(segs)))
+        n_slots = hi - lo + 1 if isinstance(slot_select, slice) else len(segs)
         rows = None if whole else torch.cat([torch.arange(s.start, s.start + s.n_rows) for s in segs]).to(device)
         positions = self.positions if rows is None else self.positions.index_select(0, rows)
-        if all(s.n_rows == q_rows for s in segs):
+        if n_slots == len(segs) and place == list(range(n_slots)) and all(s.n_rows == q_rows for s in segs):
             pad_index = None
             padded_pos = positions.view(n_slots, q_rows)
         else:
-            pad_index = torch.cat([torch.arange(s.n_rows, dtype=torch.int64) + i * q_rows
-                                   for i, s in enumerate(segs)]).to(device)
+            pad_index = torch.cat([torch.arange(s.n_rows, dtype=torch.int64) + p * q_rows
+                                   for p, s in zip(place, segs)]).to(device)
             padded_pos = torch.zeros(n_slots * q_rows, dtype=torch.int64, device=device)
             padded_pos.index_copy_(0, pad_index, positions)
             padded_pos = padded_pos.view(n_slots, q_rows)
