@@ -22,7 +22,10 @@ import torch
 
 KEY_BLOCK = 64
 MIN_ROWS = 4
-SPAN_ROWS = 8       # groups of at most this many rows per slot read a slice of the cache, never a copy
+# A group reads a slice of the cache over its slot span, padding the slots in between, unless
+# that padding costs more than copying its own slots' keys and values: per slot, a padded row costs
+# `group` (query heads per kv head) key-dot-products per key, a copy about SPAN_COPY_COST.
+SPAN_COPY_COST = 4
 
 
 @dataclass
@@ -105,19 +108,21 @@ class StepBatch:
             raise ValueError(f"batch reaches position {longest} beyond the cache capacity {capacity}")
         min_rows = -(-MIN_ROWS // group)
         parts = split_by_length(segs, min_rows)
-        self.groups = [self._attention_group(part, min_rows, len(parts) == 1, device) for part in parts]
+        self.groups = [self._attention_group(part, min_rows, group, len(parts) == 1, device) for part in parts]
         # where each row's K/V goes in a layer's cache viewed as [slots*kv_heads*ctx, d]
         slot_of_row = torch.cat([torch.full((s.n_rows,), s.slot, dtype=torch.int64) for s in segs]).to(device)
         heads = torch.arange(n_kv_heads, device=device)
         flat = (slot_of_row.unsqueeze(1) * n_kv_heads + heads.unsqueeze(0)) * capacity + self.positions.unsqueeze(1)
         self.extra["cache_index"] = flat.reshape(-1)
 
-    def _attention_group(self, segs: list[Segment], min_rows: int, whole: bool, device) -> AttentionGroup:
+    def _attention_group(self, segs: list[Segment], min_rows: int, group: int, whole: bool, device,
+                         ) -> AttentionGroup:
         q_rows = max(max(s.n_rows for s in segs), min_rows)
         key_len = -(-max(s.pos0 + s.n_rows for s in segs) // KEY_BLOCK) * KEY_BLOCK
         slots = [s.slot for s in segs]
         lo, hi = min(slots), max(slots)
-        if slots == list(range(lo, lo + len(segs))) or q_rows <= SPAN_ROWS:
+        missing = hi - lo + 1 - len(segs)
+        if missing * q_rows * group <= SPAN_COPY_COST * len(segs):
             # a slice of the cache (no copy of the keys); slots in the span that are not in the
             # group get padding rows, computed and thrown away
             slot_select, place = slice(lo, hi + 1), [s.slot - lo for s in segs]
