@@ -12,7 +12,7 @@ Padding every slot to the longest segment would make one long draft (or a prompt
 multiply the attention cost of all the one-row slots beside it, so slots are split into
 attention groups by segment length (powers of two) when that saves enough padded rows; each
 group is one padded matmul. A group reads its slots' keys as a slice of the cache (slots in
-between get padding rows) unless its rows are long, when copying its slots' keys is cheaper.
+between get padding rows) unless copying its slots' keys is cheaper than that padding.
 """
 from __future__ import annotations
 
