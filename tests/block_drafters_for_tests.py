@@ -2,6 +2,7 @@
 key names and config-key variants (reference dflash_dspark.md §1.1-§1.3, §3.6)."""
 from __future__ import annotations
 
+import collections
 import json
 from pathlib import Path
 
@@ -14,6 +15,7 @@ from specserve.models.config import load_config
 from specserve.models.loader import Checkpoint
 
 FORMATS = ("zlab", "deepspec", "specforge", "specforge-legacy", "specserve")
+DRAFT_ARCHS = ("qwen3", "llama", "qwen2")
 
 
 def _backbone_keys(spec) -> dict:
@@ -22,31 +24,67 @@ def _backbone_keys(spec) -> dict:
             "num_hidden_layers": b.num_hidden_layers, "num_attention_heads": b.num_attention_heads,
             "num_key_value_heads": b.num_key_value_heads, "head_dim": b.head_dim, "hidden_act": "silu",
             "rms_norm_eps": b.rms_norm_eps, "max_position_embeddings": b.max_position_embeddings,
-            "attention_bias": False, "attention_dropout": 0.0, "tie_word_embeddings": False,
+            "attention_bias": b.qkv_bias, "attention_dropout": 0.0, "tie_word_embeddings": False,
             "vocab_size": b.vocab_size, "dtype": "float32",
             "layer_types": ["full_attention"] * b.num_hidden_layers, "use_sliding_window": False,
             "sliding_window": None}
 
 
 def random_block_drafter(target_dir, *, markov_rank=0, confidence=False, block_size=4, num_layers=2,
-                         target_layer_ids=None, layout=None, seed=0, std=0.1, mask_token_id=1) -> BlockDrafter:
+                         target_layer_ids=None, layout=None, seed=0, std=0.1, mask_token_id=1,
+                         draft_arch="qwen3") -> BlockDrafter:
+    """draft_arch: the backbone family (qwen3 / llama / qwen2) whatever the target's."""
     cfg = load_config(target_dir)
     spec = new_block_drafter_spec(cfg, block_size=block_size, num_layers=num_layers, mask_token_id=mask_token_id,
                                   target_layer_ids=target_layer_ids, markov_rank=markov_rank,
-                                  confidence_head=confidence, **({"layout": layout} if layout else {}))
+                                  confidence_head=confidence, draft_arch=draft_arch,
+                                  **({"layout": layout} if layout else {}))
     model = BlockDrafter(spec)
     model.init_weights(std=std, seed=seed)
     gen = torch.Generator().manual_seed(seed + 100)
-    with torch.no_grad():       # random heads too, so tests exercise them
+    with torch.no_grad():       # random heads, biases and q/k norms too, so tests exercise them
         for name, param in model.named_parameters():
             if name.startswith(("markov_head", "confidence_head")):
                 param.copy_(torch.randn(param.shape, generator=gen) * 0.5)
+            elif name.endswith(".bias"):
+                param.copy_(torch.randn(param.shape, generator=gen) * 0.5)
+            elif name.endswith(("q_norm.weight", "k_norm.weight")):
+                param.copy_(1 + torch.randn(param.shape, generator=gen) * 0.2)
     return model
 
 
-def write_block_drafter(out, target_dir, fmt: str = "deepspec", *, variant: str = "", **kwargs) -> Path:
+def bigram_dspark_drafter(target_dir, prompts, outputs, *, layout, draft_arch="qwen3", block_size=6) -> BlockDrafter:
+    """A DSpark draft whose full-rank Markov head encodes the target's observed greedy bigrams
+    (`outputs`: its greedy continuations of `prompts`), confident everywhere (sigmoid(2) = 0.88).
+
+    The peaky random targets mostly continue from their last token, so this drafter is often
+    right: it makes acceptance (and partial rejection) happen in the engine tests."""
+    vocab = load_config(target_dir).vocab_size
+    follow = collections.Counter()
+    for prompt, out in zip(prompts, outputs):
+        seq = list(prompt) + list(out)
+        follow.update(zip(seq[:-1], seq[1:]))
+    best = {}
+    for (a, b), count in sorted(follow.items(), key=lambda kv: -kv[1]):
+        best.setdefault(a, b)
+    model = random_block_drafter(target_dir, markov_rank=vocab, confidence=True, block_size=block_size,
+                                 layout=layout, std=0.02, draft_arch=draft_arch)
+    with torch.no_grad():
+        model.markov_head.markov_w1.weight.copy_(torch.eye(vocab))
+        w2 = torch.zeros(vocab, vocab)
+        for a, b in best.items():
+            w2[b, a] = 20.0
+        model.markov_head.markov_w2.weight.copy_(w2)
+        model.confidence_head.proj.weight.zero_()
+        model.confidence_head.proj.bias.fill_(2.0)
+    return model
+
+
+def write_block_drafter(out, target_dir, fmt: str = "deepspec", *, variant: str = "", model_type: str | None = None,
+                        **kwargs) -> Path:
     """fmt: zlab | deepspec | specforge | specforge-legacy | specserve. variant: '' | 'nested' (block_size
-    and ids under dflash_config / top-level swapped) | 'model-prefix' (backbone keys under `model.`)."""
+    and ids under dflash_config / top-level swapped) | 'model-prefix' (backbone keys under `model.`).
+    model_type: what config.json says (default: the backbone's family, `draft_arch` in kwargs)."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     if fmt == "zlab":
@@ -99,6 +137,7 @@ def write_block_drafter(out, target_dir, fmt: str = "deepspec", *, variant: str 
                      for k, v in state.items()}
     else:
         raise ValueError(fmt)
+    config["model_type"] = model_type or spec.backbone.family
     if variant == "model-prefix":
         state = {("model." + k if k.startswith(("layers.", "norm.")) else k): v for k, v in state.items()}
     save_file(state, str(out / "model.safetensors"), metadata={"format": "pt"})

@@ -6,7 +6,7 @@ import shutil
 import pytest
 import torch
 
-from block_drafters_for_tests import write_block_drafter
+from block_drafters_for_tests import DRAFT_ARCHS, write_block_drafter
 from helpers import write_model
 from specserve.errors import IncompatibleDraftError, ModelLoadError
 from specserve.models.block_drafter import load_block_drafter
@@ -69,10 +69,12 @@ def _taps(target, tokens, layer_ids):
     return torch.cat([taps[i] for i in layer_ids], dim=-1)          # [1, T, m*H]
 
 
+@pytest.mark.parametrize("draft_arch", DRAFT_ARCHS)
 @pytest.mark.parametrize("fmt,kwargs", [("zlab", {}), ("deepspec", DSPARK)])
-def test_cached_inference_equals_training_mask_forward(tmp_path, target_dir, target, fmt, kwargs):
-    drafter = load_block_drafter(write_block_drafter(tmp_path / "d", target_dir, fmt, block_size=5, **kwargs),
-                                 target)
+def test_cached_inference_equals_training_mask_forward(tmp_path, target_dir, target, fmt, kwargs, draft_arch):
+    drafter = load_block_drafter(write_block_drafter(tmp_path / "d", target_dir, fmt, block_size=5,
+                                                     draft_arch=draft_arch, **kwargs), target)
+    assert drafter.spec.backbone.family == draft_arch
     tokens = [(7 * i + 3) % 300 + 2 for i in range(24)]
     feats = _taps(target, tokens, drafter.spec.target_layer_ids)
     anchors = [3, 4, 11, 17]                        # overlapping blocks

@@ -1,6 +1,7 @@
 """Block-drafter training: anchors and masks, losses, a short run that resumes exactly from its
 checkpoint, the exported drafter serving losslessly, and the convert-draft / train-draft commands."""
 import json
+import logging
 from dataclasses import dataclass
 
 import numpy as np
@@ -28,14 +29,24 @@ def target_dir(tmp_path_factory):
     return write_model(tmp_path_factory.mktemp("t4"), "qwen3", seed=1, std=0.25, num_hidden_layers=4)
 
 
-@pytest.fixture(scope="module")
-def regen_samples(target_dir):
+def _regen(target_dir):
     """The target's own greedy continuations of random prompts (what regen_data makes)."""
     rng = np.random.default_rng(0)
     prompts = [rng.integers(4, 300, size=int(rng.integers(4, 12))).tolist() for _ in range(24)]
     outs = LLM(target_dir, n_parallel=8).generate(prompts, SamplingParams(temperature=0, max_tokens=40,
                                                                           ignore_eos=True))
     return [Sample(np.array(p + o.token_ids, dtype=np.int64), len(p)) for p, o in zip(prompts, outs)]
+
+
+@pytest.fixture(scope="module")
+def regen_samples(target_dir):
+    return _regen(target_dir)
+
+
+@pytest.fixture(scope="module")
+def llama_target(tmp_path_factory):
+    target = write_model(tmp_path_factory.mktemp("llama4"), "llama", seed=2, std=0.25, num_hidden_layers=4)
+    return target, _regen(target)
 
 
 def test_anchors_and_labels():
@@ -70,9 +81,9 @@ def test_losses_and_estimates():
     assert est["tau_prob"] == pytest.approx(2.5) and est["tau_greedy"] == pytest.approx(3.0)
 
 
-def _config(target_dir, out, method, steps=120, **kw):
+def _config(target_dir, out, method, steps=120, num_layers=1, **kw):
     return BlockTrainConfig(method=method, target_dir=str(target_dir), out_dir=str(out), steps=steps, batch_size=4,
-                            max_len=64, anchors=8, block_size=4, num_layers=1, markov_rank=16, lr=3e-3,
+                            max_len=64, anchors=8, block_size=4, num_layers=num_layers, markov_rank=16, lr=3e-3,
                             checkpoint_every=40, eval_samples=4, **kw)
 
 
@@ -137,3 +148,44 @@ def test_train_draft_and_convert_draft_commands(tmp_path, target_dir, regen_samp
     assert main(["convert-draft", str(tmp_path / "zlab"), "--target-model-dir", str(tmp_path / "nope"),
                  "--out", str(tmp_path / "x")]) == 1
     assert "model directory not found" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("target_family,draft_arch", [("llama", "llama"), ("qwen3", "qwen2")])
+def test_train_draft_with_other_backbones(tmp_path, target_dir, regen_samples, llama_target, monkeypatch, caplog,
+                                          target_family, draft_arch):
+    """`--draft-arch`: the draft layers' family. init-from-target copies the target's layers only when
+    they are of the same family (a llama draft for a llama target), otherwise it says so and keeps
+    the random initialisation; either way the folder states its backbone, loads and serves."""
+    from specserve.train import block_trainer
+    caplog.set_level(logging.INFO, logger="specserve.train")
+    target, samples = llama_target if target_family == "llama" else (target_dir, regen_samples)
+    monkeypatch.setattr(block_trainer.BlockTrainer, "_load_samples", lambda self, s: samples)
+    # right after initialisation: same family -> the draft layers are copies of the target's last ones
+    trainer = BlockTrainer(_config(target, tmp_path / "init", "dflash", num_layers=2, draft_arch=draft_arch),
+                           samples, progress=False)
+    copied = target_family == draft_arch
+    draft_layer, target_layer = trainer.model.layers[1].state_dict(), trainer.target.model.layers[-1].state_dict()
+    if copied:
+        assert draft_layer.keys() == target_layer.keys()
+        assert all(torch.equal(draft_layer[k], target_layer[k]) for k in draft_layer)
+    else:
+        assert not any(torch.equal(draft_layer[k], target_layer[k]) for k in ("self_attn.q_proj.weight",
+                                                                               "mlp.down_proj.weight"))
+    skipped = [r.getMessage() for r in caplog.records if "init from target skipped" in r.getMessage()]
+    assert skipped == ([] if copied else [f"init from target skipped (a {draft_arch} draft for a {target_family} "
+                                          f"target): the draft starts from a random initialisation"])
+    out = tmp_path / f"{draft_arch}-draft"
+    assert main(["train-draft", "--method", "dflash", "--draft-arch", draft_arch, "--target", str(target),
+                 "--out", str(out), "--steps", "60", "--lr", "3e-3", "--batch-size", "4", "--max-len", "64",
+                 "--anchors", "8", "--block-size", "4", "--layers", "1", "--checkpoint-every", "30",
+                 "--no-progress", "--data", "unused"]) == 0
+    cfg = json.loads((out / "config.json").read_text())
+    assert (cfg["model_type"], cfg["attention_bias"]) == (draft_arch, draft_arch == "qwen2")
+    assert f"{draft_arch}-style" in (out / "README.md").read_text()
+    prompts = [s.tokens[:s.n_prompt].tolist() for s in samples[:6]]
+    params = SamplingParams(temperature=0, max_tokens=30, ignore_eos=True)
+    reference = [o.token_ids for o in LLM(target).generate(prompts, params)]
+    llm = LLM(target, draft_model=out, spec_type="draft-dflash", n_parallel=3, spec_draft_n_max=4)
+    assert llm.engine.driver.proposers[0].drafter.spec.backbone.family == draft_arch
+    assert [o.token_ids for o in llm.generate(prompts, params)] == reference
+    assert llm.engine.driver.stats_dict()["draft-dflash"]["n_acc_tokens"] > 0

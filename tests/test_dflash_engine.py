@@ -1,13 +1,11 @@
 """draft-dflash / draft-dspark in the engine: greedy output identical to no speculation for every
 batch composition and both layouts, drafts really accepted, p_min / n_max / scheduling options,
 and the clear errors."""
-import collections
-
 import numpy as np
 import pytest
 import torch
 
-from block_drafters_for_tests import random_block_drafter, write_block_drafter
+from block_drafters_for_tests import bigram_dspark_drafter, write_block_drafter
 from specserve import LLM, SamplingParams
 from specserve.errors import OptionError
 from specserve.models.block_drafter import save_block_drafter
@@ -33,30 +31,10 @@ def reference(tiny_qwen3):
 
 @pytest.fixture(scope="module")
 def bigram_dspark(tiny_qwen3, reference, tmp_path_factory):
-    """A DSpark draft whose full-rank Markov head encodes the target's observed greedy bigrams.
-
-    The peaky random target mostly continues from its last token, so this drafter is often right:
-    it makes acceptance (and partial rejection) happen in the engine tests."""
-    vocab = 320
-    follow = collections.Counter()
-    for prompt, out in zip(PROMPTS, reference):
-        seq = prompt + out
-        follow.update(zip(seq[:-1], seq[1:]))
-    best = {}
-    for (a, b), count in sorted(follow.items(), key=lambda kv: -kv[1]):
-        best.setdefault(a, b)
+    """DSpark drafts (both layouts) that mostly guess right: see bigram_dspark_drafter."""
     paths = {}
     for layout in (ANCHOR_FIRST, BONUS_ANCHOR):
-        model = random_block_drafter(tiny_qwen3, markov_rank=vocab, confidence=True, block_size=6, layout=layout,
-                                     std=0.02)
-        with torch.no_grad():
-            model.markov_head.markov_w1.weight.copy_(torch.eye(vocab))
-            w2 = torch.zeros(vocab, vocab)
-            for a, b in best.items():
-                w2[b, a] = 20.0
-            model.markov_head.markov_w2.weight.copy_(w2)
-            model.confidence_head.proj.weight.zero_()
-            model.confidence_head.proj.bias.fill_(2.0)      # confident everywhere (sigmoid(2) = 0.88)
+        model = bigram_dspark_drafter(tiny_qwen3, PROMPTS, reference, layout=layout)
         paths[layout] = save_block_drafter(model, tmp_path_factory.mktemp(f"bigram-{layout}"), torch.float32)
     return paths
 

@@ -1,7 +1,8 @@
 """`specserve convert-draft SRC --target-model-dir T --out DIR`: a DFlash / DSpark checkpoint in
 any supported format (z-lab, DeepSpec, SpecForge) -> a self-contained folder that states every
-setting explicitly (layout, block size, taps, mask token, heads), holds only the draft's own
-tensors (the target's embedding and lm_head copies are dropped) and the target's tokenizer files.
+setting explicitly (backbone model_type and attention_bias, layout, block size, taps, mask token,
+heads), holds only the draft's own tensors (the target's embedding and lm_head copies are
+dropped) and the target's tokenizer files.
 The draft is checked against the target first, so the written folder is known to fit it."""
 from __future__ import annotations
 
@@ -40,6 +41,7 @@ def run(args) -> int:
     save_block_drafter(drafter, out, parse_dtype(args.dtype), tokenizer_from=target_dir,
                        extra_config={"converted_from": drafter.spec.format})
     spec = drafter.spec
-    print(f"wrote {out}: {spec.method} draft ({spec.format} format), {spec.layout} layout, block {spec.block_size} "
-          f"({spec.max_drafts} drafts), taps {spec.target_layer_ids}, mask token {spec.mask_token_id}")
+    print(f"wrote {out}: {spec.method} draft ({spec.format} format), {spec.backbone.family} backbone (from the "
+          f"{spec.backbone_from}), {spec.layout} layout, block {spec.block_size} ({spec.max_drafts} drafts), "
+          f"taps {spec.target_layer_ids}, mask token {spec.mask_token_id}")
     return 0

@@ -22,6 +22,7 @@ import torch
 
 from ..errors import OptionError
 from ..llm import BUNDLED_MODEL
+from ..models.block_drafter_backbone import DRAFT_ARCHS
 
 BLOCK_METHODS = ("dflash", "dspark")
 TRAINERS = {
@@ -58,6 +59,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     block.add_argument("--anchors", type=int, default=64, help="random blocks per sequence")
     block.add_argument("--block-size", type=int, default=8, help="block size B (anchor-first: B drafts)")
     block.add_argument("--layers", type=int, default=2, help="draft layers")
+    block.add_argument("--draft-arch", default="qwen3", choices=DRAFT_ARCHS,
+                       help="the draft layers' family: qwen3 (q/k norm), llama (no q/k norm, no bias) or qwen2 "
+                            "(q/k/v bias)")
     block.add_argument("--taps", type=int, default=3, help="target layers read (build_target_layer_ids)")
     block.add_argument("--markov-rank", type=int, default=64, help="DSpark Markov head rank")
     block.add_argument("--no-confidence-head", action="store_true", help="DSpark without the confidence head")
@@ -101,7 +105,7 @@ def run_block_drafter(args) -> int:
         method=args.method, target_dir=args.target, out_dir=args.out, data_path=args.data,
         data_samples=args.data_samples, steps=args.steps, batch_size=args.batch_size, max_len=args.seq_len,
         anchors=args.anchors, block_size=args.block_size, num_layers=args.layers, num_taps=args.taps,
-        markov_rank=args.markov_rank, confidence_head=not args.no_confidence_head,
+        markov_rank=args.markov_rank, confidence_head=not args.no_confidence_head, draft_arch=args.draft_arch,
         init_from_target=not args.no_init_from_target, lr=args.lr, gamma=args.gamma, seed=args.seed,
         checkpoint_every=args.checkpoint_every, eval_samples=args.eval_samples, threads=args.threads,
         command=_command_line(args))

@@ -1,9 +1,11 @@
 """The DFlash / DSpark draft network (reference dflash_dspark.md §1.4-§1.10, §3.2-§3.3).
 
-A Qwen3-style layer stack that reads the target instead of its own past:
+A decoder layer stack (Qwen3-, Llama- or Qwen2-style: block_drafter_backbone.py) that reads the
+target instead of its own past:
   ctx = hidden_norm(fc(cat(taps)))       once per call, for the newly committed positions;
   every layer attends, NON-causally, from the block rows to [context K/V ; block K/V], where the
-  context K/V are k_norm(k_proj(ctx)) and v_proj(ctx) (no input_layernorm on the context);
+  context K/V are k_norm(k_proj(ctx)) and v_proj(ctx) (no input_layernorm on the context; k_norm
+  only for Qwen3-style stacks; the projections' biases, if any, apply to context rows as to block rows);
   the block is [anchor, MASK, ..., MASK] embedded with the TARGET's embedding, and the final-normed
   rows go through the TARGET's lm_head. Neither is copied: `attach_target` keeps references.
 Two forwards compute the same thing:
@@ -210,8 +212,10 @@ class BlockDrafter(nn.Module):
             if n_ctx:                   # no input_layernorm on the context (reference gotcha 6)
                 h = torch.cat([ctx, h])
             qkv = linear(h, w.qkv_w, w.qkv_b).float()
-            qk = F.rms_norm(qkv[:, :q_size + kv_size].reshape(-1, n_heads + n_kv, d), (d,), None, eps)
-            qk = apply_rope(qk * w.qk_norm, cos, sin)
+            qk = qkv[:, :q_size + kv_size].reshape(-1, n_heads + n_kv, d)
+            if w.qk_norm is not None:          # Qwen3-style stacks only
+                qk = F.rms_norm(qk, (d,), None, eps) * w.qk_norm
+            qk = apply_rope(qk, cos, sin)
             k_cache.view(-1, d).index_copy_(0, cache_index, qk[:, n_heads:].reshape(-1, d))
             v_cache.view(-1, d).index_copy_(0, cache_index, qkv[:, q_size + kv_size:].reshape(-1, d))
             keys = k_cache[select, :, :key_len]
@@ -260,9 +264,11 @@ class BlockDrafter(nn.Module):
         for layer in self.layers:
             attn = layer.self_attn
             h = layer.input_layernorm(x)
-            q = attn.q_norm(attn.q_proj(h).view(bsz * n_q, n_heads, d))
-            k_b = attn.k_norm(attn.k_proj(h).view(bsz * n_q, n_kv, d))
-            k_c = attn.k_norm(attn.k_proj(ctx).view(bsz * seq, n_kv, d))
+            q = attn.q_proj(h).view(bsz * n_q, n_heads, d)
+            k_b = attn.k_proj(h).view(bsz * n_q, n_kv, d)
+            k_c = attn.k_proj(ctx).view(bsz * seq, n_kv, d)
+            if cfg.qk_norm:
+                q, k_b, k_c = attn.q_norm(q), attn.k_norm(k_b), attn.k_norm(k_c)
             q, k_b = apply_rope(q, cos_q, sin_q), apply_rope(k_b, cos_q, sin_q)
             k_c = apply_rope(k_c, cos_c, sin_c)
             keys = torch.cat([k_c.view(bsz, seq, n_kv, d), k_b.view(bsz, n_q, n_kv, d)], dim=1).transpose(1, 2)

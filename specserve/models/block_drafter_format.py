@@ -10,17 +10,19 @@ Three public layouts of the same network are read (reference dflash_dspark.md §
 * SpecForge `DSparkDraftModel`: DSpark keys in `dflash_config` or top-level, heads possibly
   nested under `logit_head.`; anchor-first.
 
+The draft stack itself is Qwen3-, Llama- or Qwen2-style (block_drafter_backbone.py decides which
+from `model_type` and the tensors; the architecture class name plays no part).
 An explicit `sample_from_anchor` key (written by `specserve convert-draft` and by our trainer)
 decides the layout over the architecture's default; a user option decides over both.
 The Markov and confidence heads are detected by their tensors, as llama.cpp does.
 """
 from __future__ import annotations
 
-import copy
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..errors import IncompatibleDraftError, ModelLoadError
+from ..errors import IncompatibleDraftError, ModelLoadError, OptionError
+from .block_drafter_backbone import DRAFT_ARCHS, check_backbone_tensors, resolve_backbone_config
 from .config import ModelConfig, config_from_dict, read_json, rope_settings
 from .loader import Checkpoint
 
@@ -80,10 +82,11 @@ class BlockDrafterSpec:
     markov_rank: int
     has_confidence_head: bool
     confidence_with_markov: bool
-    backbone: ModelConfig                            # the draft's Qwen3-style layer stack
+    backbone: ModelConfig                            # the draft's layer stack (family: qwen3 / llama / qwen2)
     key_map: dict[str, str] = field(default_factory=dict)   # module name -> name in the checkpoint
     raw: dict = field(default_factory=dict, repr=False)
     checkpoint: Checkpoint | None = field(default=None, repr=False)
+    backbone_from: str = "config"                    # how the backbone was decided: "config" or "tensors"
 
     @property
     def max_drafts(self) -> int:
@@ -167,14 +170,14 @@ def read_block_drafter(model_dir: str | Path, layout: str | None = None) -> Bloc
         raise ModelLoadError(f"{source}: markov_rank is {declared_rank} but the checkpoint's Markov head "
                              f"has rank {markov_rank}")
 
-    backbone_raw = copy.deepcopy(raw)
-    backbone_raw["model_type"] = "qwen3"          # the draft stack is Qwen3-style whatever the target
+    backbone_raw, backbone_from = resolve_backbone_config(raw, key_map, source)
     backbone_raw.setdefault("tie_word_embeddings", False)
     for layer_type in raw.get("layer_types") or []:
         if layer_type != "full_attention":
             raise ModelLoadError(f"{source}: draft layer type {layer_type!r} is not supported "
                                  f"(only full_attention)")
     backbone = config_from_dict(backbone_raw, source)
+    check_backbone_tensors(backbone, key_map, str(model_dir))
 
     has_conf = CONFIDENCE_W in key_map
     conf_with_markov = False
@@ -190,7 +193,8 @@ def read_block_drafter(model_dir: str | Path, layout: str | None = None) -> Bloc
     spec = BlockDrafterSpec(model_dir, fmt, chosen, int(block_size), layer_ids,
                             None if mask is None else int(mask),
                             None if num_layers_target is None else int(num_layers_target),
-                            markov_rank, has_conf, conf_with_markov, backbone, key_map, raw, checkpoint)
+                            markov_rank, has_conf, conf_with_markov, backbone, key_map, raw, checkpoint,
+                            backbone_from)
     if spec.block_size < (2 if chosen == BONUS_ANCHOR else 1):
         raise ModelLoadError(f"{source}: block_size {spec.block_size} is too small for the {chosen} layout")
     return spec
@@ -244,7 +248,7 @@ def normalized_config(spec: BlockDrafterSpec) -> dict:
     theta, scaling = rope_settings(spec.raw)
     return {
         "architectures": ["Qwen3DSparkModel"],
-        "model_type": "qwen3",
+        "model_type": b.family,
         "draft_method": spec.method,
         "sample_from_anchor": spec.layout == ANCHOR_FIRST,
         "block_size": spec.block_size,
@@ -267,6 +271,7 @@ def normalized_config(spec: BlockDrafterSpec) -> dict:
         "rope_scaling": scaling,
         "max_position_embeddings": b.max_position_embeddings,
         "attention_bias": b.qkv_bias,
+        "mlp_bias": b.mlp_bias,
         "layer_types": ["full_attention"] * b.num_hidden_layers,
         "tie_word_embeddings": False,
         "vocab_size": b.vocab_size,
@@ -281,11 +286,14 @@ def new_block_drafter_spec(target_cfg: ModelConfig, *, block_size: int, num_laye
                            confidence_head: bool = False, layout: str = ANCHOR_FIRST,
                            intermediate_size: int | None = None, num_attention_heads: int | None = None,
                            num_key_value_heads: int | None = None, head_dim: int | None = None,
-                           model_dir: str | Path = ".") -> BlockDrafterSpec:
-    """A spec for a fresh drafter of `target_cfg` (hidden size, vocabulary and RoPE follow the target)."""
+                           draft_arch: str = "qwen3", model_dir: str | Path = ".") -> BlockDrafterSpec:
+    """A spec for a fresh drafter of `target_cfg` (hidden size, vocabulary and RoPE follow the target)
+    whose layers are of the `draft_arch` family (qwen3, llama or qwen2, whatever the target's)."""
+    if draft_arch not in DRAFT_ARCHS:
+        raise OptionError(f"draft architecture must be one of {', '.join(DRAFT_ARCHS)}, got {draft_arch!r}")
     layer_ids = list(target_layer_ids or build_target_layer_ids(target_cfg.num_hidden_layers, num_taps))
     raw = {
-        "architectures": ["Qwen3DSparkModel"], "model_type": "qwen3",
+        "architectures": ["Qwen3DSparkModel"], "model_type": draft_arch, "attention_bias": draft_arch == "qwen2",
         "vocab_size": target_cfg.vocab_size, "hidden_size": target_cfg.hidden_size,
         "intermediate_size": intermediate_size or target_cfg.intermediate_size,
         "num_hidden_layers": num_layers,

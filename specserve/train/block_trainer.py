@@ -13,6 +13,7 @@ are a function of (seed, step), so a resumed run sees what an uninterrupted one 
 from __future__ import annotations
 
 import json
+import logging
 import math
 import os
 import time
@@ -33,6 +34,7 @@ from .block_anchors import BlockBatch, make_block_batch
 from .block_losses import LOSS_WEIGHTS, acceptance_estimates, block_losses
 
 METHODS = ("dflash", "dspark")
+log = logging.getLogger("specserve.train")
 
 
 @dataclass
@@ -51,6 +53,7 @@ class BlockTrainConfig:
     num_taps: int = 3
     markov_rank: int = 64              # DSpark only
     confidence_head: bool = True       # DSpark only
+    draft_arch: str = "qwen3"          # the draft layers' family: qwen3, llama or qwen2
     lr: float = 6e-4
     warmup: float = 0.04
     gamma: float = 4.0
@@ -72,25 +75,38 @@ def _lr_factor(step: int, cfg: BlockTrainConfig) -> float:
     return 0.5 * (1 + math.cos(math.pi * min(1.0, progress)))
 
 
-def init_from_target(model: BlockDrafter, target: CausalLM) -> None:
-    """Start the draft from the target's top: draft layer i <- target layer T-L+i (when the shapes
-    match), the final norm <- the target's, and fc <- a copy of the last tap, normed by the first
-    copied layer's input norm, so the first draft layer initially sees the context keys/values the
-    target's own layer computes from that tap. Training then adapts the stack to the block task."""
+def init_from_target(model: BlockDrafter, target: CausalLM) -> bool:
+    """Start the draft from the target's top: draft layer i <- target layer T-L+i, the final norm <-
+    the target's, and fc <- a copy of the last tap, normed by the first copied layer's input norm,
+    so the first draft layer initially sees the context keys/values the target's own layer computes
+    from that tap. Training then adapts the stack to the block task. Only when the layers are of the
+    same family with the same tensors and shapes (e.g. not a llama draft for a Qwen3 target);
+    otherwise the draft keeps its random initialisation. Returns whether the layers were copied."""
     n_target, n_draft = target.config.num_hidden_layers, len(model.layers)
+    first = n_target - n_draft
+    why = None
+    if first < 0:
+        why = f"the draft has {n_draft} layers, the target only {n_target}"
+    elif model.cfg.family != target.config.family:
+        why = f"a {model.cfg.family} draft for a {target.config.family} target"
+    else:
+        for i, layer in enumerate(model.layers):
+            own, source = layer.state_dict(), target.model.layers[first + i].state_dict()
+            if own.keys() != source.keys() or any(own[k].shape != source[k].shape for k in own):
+                why = f"draft layer {i} and target layer {first + i} differ in tensors or shapes"
+                break
+    if why is not None:
+        log.info("init from target skipped (%s): the draft starts from a random initialisation", why)
+        return False
     hidden = target.config.hidden_size
     with torch.no_grad():
         model.norm.weight.copy_(target.model.norm.weight)
-        first = n_target - n_draft
         for i, layer in enumerate(model.layers):
-            source = target.model.layers[first + i].state_dict()
-            own = layer.state_dict()
-            if first < 0 or any(own[k].shape != source[k].shape for k in own if k in source):
-                return
-            layer.load_state_dict({k: source[k] for k in own})
+            layer.load_state_dict(target.model.layers[first + i].state_dict())
         model.fc.weight.zero_()
         model.fc.weight[:, -hidden:].copy_(torch.eye(hidden))
         model.hidden_norm.weight.copy_(target.model.layers[first].input_layernorm.weight)
+    return True
 
 
 class BlockTrainer:
@@ -111,7 +127,7 @@ class BlockTrainer:
                                       mask_token_id=mask, num_taps=cfg.num_taps,
                                       markov_rank=cfg.markov_rank if dspark else 0,
                                       confidence_head=dspark and cfg.confidence_head, layout=ANCHOR_FIRST,
-                                      model_dir=self.out)
+                                      draft_arch=cfg.draft_arch, model_dir=self.out)
         self.model = BlockDrafter(spec)
         self.model.init_weights(seed=cfg.seed)
         if cfg.init_from_target:
@@ -222,9 +238,9 @@ class BlockTrainer:
             return False
         state = torch.load(self.checkpoint_path, weights_only=False)
         saved = state["config"]
-        for key in ("method", "block_size", "num_layers", "num_taps", "markov_rank", "confidence_head", "steps",
-                    "batch_size", "seed"):
-            if saved.get(key) != getattr(self.cfg, key):
+        for key in ("method", "block_size", "num_layers", "num_taps", "markov_rank", "confidence_head", "draft_arch",
+                    "steps", "batch_size", "seed"):
+            if saved.get(key, getattr(BlockTrainConfig, key, None)) != getattr(self.cfg, key):
                 raise OptionError(f"{self.checkpoint_path} was made with {key}={saved.get(key)!r}, this run has "
                                   f"{getattr(self.cfg, key)!r}: use another --out folder or the same settings")
         self.model.load_state_dict(state["model"])
@@ -323,7 +339,7 @@ target `{cfg['target_dir']}`. DeepSpec format, anchor-first layout: one draft fo
 
 | | |
 |---|---|
-| draft layers | {spec.backbone.num_hidden_layers} (hidden {spec.backbone.hidden_size}, {spec.backbone.num_attention_heads} heads, {spec.backbone.num_key_value_heads} KV heads, MLP {spec.backbone.intermediate_size}) |
+| draft layers | {spec.backbone.num_hidden_layers} {spec.backbone.family}-style (hidden {spec.backbone.hidden_size}, {spec.backbone.num_attention_heads} heads, {spec.backbone.num_key_value_heads} KV heads, MLP {spec.backbone.intermediate_size}) |
 | target taps | outputs of layers {spec.target_layer_ids} |
 | Markov head | {f"rank {spec.markov_rank}" if spec.markov_rank else "none"} |
 | confidence head | {"yes (input: final hidden + Markov feature)" if spec.has_confidence_head else "no"} |
