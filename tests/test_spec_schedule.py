@@ -14,7 +14,7 @@ from proposers_for_tests import Oracle
 from specserve import LLM, SamplingParams
 from specserve.models.step_batch import StepBatch, split_by_length
 from specserve.spec import registry
-from specserve.spec.acceptance_schedule import PRIOR, AcceptanceScheduler
+from specserve.spec.acceptance_schedule import EXPLORE_EVERY, PRIOR, AcceptanceScheduler
 from specserve.spec.base import Draft
 from specserve.spec.step_cost import StepCostTable
 
@@ -41,6 +41,21 @@ def test_scheduler_learns_each_slots_acceptance():
     assert steep.lengths([1], [Draft([5, 6])]).tolist()[0] >= 1
     steep.begin(1)                      # a new request starts from the all-slots counts, lightly weighted
     assert steep.tried[1] == pytest.approx(4.0) and steep.rate(1) > PRIOR
+
+
+def test_drafting_stops_when_it_cannot_pay_for_itself():
+    table = StepCostTable([1, 64], [0.01, 0.01 + 63 * 0.0005])
+    sched = AcceptanceScheduler(4, 3, table)
+    assert sched.should_draft([0, 1, 2, 3], [3] * 4)            # nothing measured yet: draft
+    sched.note_draft_time(0.0001)                                 # cheap drafts of a good drafter pay
+    for slot in range(4):
+        for _ in range(5):
+            sched.observe(slot, 3, 3)
+    assert all(sched.should_draft([0, 1, 2, 3], [3] * 4) for _ in range(20))
+    sched.note_draft_time(1.0)                                    # a draft call as slow as 100 steps
+    sched.draft_seconds = 1.0
+    decisions = [sched.should_draft([0, 1, 2, 3], [3] * 4) for _ in range(EXPLORE_EVERY * 3)]
+    assert decisions.count(True) == 3                             # only the exploring steps draft
 
 
 def test_attention_groups_split_a_long_segment_from_one_row_slots():
@@ -88,9 +103,9 @@ def _config(models, spec_type):
     """(model folder, LLM options) for one spec type; drafter folders are written on first use."""
     target, tmp = models["target"], models["tmp"]
     drafters = {
-        "draft-simple": lambda: perturbed_copy(target, tmp / "near", noise=0.004),
-        "draft-eagle3": lambda: write_eagle3(tmp / "e", target, "specforge", draft_vocab=200),
-        "draft-dflash": lambda: write_block_drafter(tmp / "df", target, "deepspec", block_size=4),
+        "draft-simple": (tmp / "near", lambda out: perturbed_copy(target, out, noise=0.004)),
+        "draft-eagle3": (tmp / "e", lambda out: write_eagle3(out, target, "specforge", draft_vocab=200)),
+        "draft-dflash": (tmp / "df", lambda out: write_block_drafter(out, target, "deepspec", block_size=4)),
     }
     if spec_type == "ngram-simple":
         return target, {"spec_ngram_simple_size_n": 2, "spec_ngram_simple_size_m": 6}
@@ -99,7 +114,10 @@ def _config(models, spec_type):
     if spec_type == "draft-mtp":
         return models["with_mtp"], {"spec_draft_n_max": 4}
     if spec_type in drafters:
-        return target, {"draft_model": drafters[spec_type](), "spec_draft_n_max": 4}
+        folder, write = drafters[spec_type]
+        if not folder.exists():
+            write(folder)
+        return target, {"draft_model": folder, "spec_draft_n_max": 4}
     return target, {}
 
 
@@ -136,3 +154,16 @@ def test_schedule_profiles_the_target_when_no_table_is_given(models):
     table = llm.engine.driver.scheduler.cost_table
     assert table.rows[0] == 1 and table.rows[-1] == 2 * (llm.engine.driver.max_draft() + 1)
     assert np.all(np.diff(table.seconds) >= 0)
+
+
+@pytest.mark.parametrize("spec_type", ["ngram-simple", "draft-simple", "draft-eagle3", "draft-mtp", "draft-dflash"])
+def test_steps_without_drafting_stay_lossless(models, spec_type, monkeypatch):
+    """Drafting skipped for most steps (a draft call priced at a second) and resumed every
+    EXPLORE_EVERY-th: the drafters catch up on the skipped context and the output is unchanged."""
+    monkeypatch.setattr(AcceptanceScheduler, "note_draft_time", lambda self, s: setattr(self, "draft_seconds", 1.0))
+    model, extra = _config(models, spec_type)
+    reference = [o.token_ids for o in LLM(model, n_parallel=3).generate(PROMPTS, GREEDY)]
+    llm = LLM(model, spec_type=spec_type, n_parallel=3, spec_schedule=True, **extra)
+    assert [o.token_ids for o in llm.generate(PROMPTS, GREEDY)] == reference
+    calls = llm.engine.driver.stats_dict()[spec_type]["n_call_draft"]
+    assert 0 < calls < llm.engine.n_steps / 2

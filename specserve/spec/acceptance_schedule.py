@@ -17,6 +17,10 @@ verifier emits for the rows it does verify.
 A slot whose drafts are all cut still learns: the first token of its unverified draft is
 compared with the token the target emitted (`observe_unverified`), so its estimate recovers
 when its drafts start to match again.
+
+When even the best admissible drafts would not pay for the draft call itself (a model
+drafter at high concurrency), the step does not draft at all (`should_draft`), except every
+EXPLORE_EVERY-th step, which keeps the estimates and the measured draft time current.
 """
 from __future__ import annotations
 
@@ -29,6 +33,7 @@ from .step_cost import StepCostTable
 PRIOR = 0.5          # acceptance chance assumed before any observation ...
 PRIOR_WEIGHT = 2.0   # ... worth this many observations
 DECAY = 0.9          # weight kept by older observations at each verification of the slot
+EXPLORE_EVERY = 8    # while drafting does not pay, still draft every this many steps (fresh estimates)
 
 
 class AcceptanceScheduler:
@@ -41,6 +46,7 @@ class AcceptanceScheduler:
         self.tried = np.zeros(n_slots + 1)
         self.draft_seconds = 0.0                             # running mean of a whole draft call
         self.other_seconds = 0.0                             # running mean of the rest of a step
+        self.n_decisions = 0
 
     def rate(self, slot: int) -> float:
         """P(a draft token is accepted | the tokens before it were), the same at every position:
@@ -56,11 +62,29 @@ class AcceptanceScheduler:
     def note_draft_time(self, seconds: float) -> None:
         self.draft_seconds = seconds if self.draft_seconds == 0 else 0.9 * self.draft_seconds + 0.1 * seconds
 
-    def note_step(self, seconds: float, rows: int) -> None:
+    def note_step(self, seconds: float, rows: int, drafted: bool) -> None:
         """A whole engine step that verified `rows` rows took `seconds`: what the forward and the
         drafting do not explain (sampling, verification, streaming) is a fixed cost per step."""
-        other = max(0.0, seconds - 1.0 / self.cost_table.steps_per_second(rows) - self.draft_seconds)
+        forward = 1.0 / self.cost_table.steps_per_second(rows)
+        other = max(0.0, seconds - forward - (self.draft_seconds if drafted else 0.0))
         self.other_seconds = 0.9 * self.other_seconds + 0.1 * other
+
+    def should_draft(self, slots: list[int], caps: list[int]) -> bool:
+        """Whether drafting for these slots is expected to pay for the draft call itself: the
+        expected tokens per second of a step that drafts, and verifies what `lengths` would keep
+        at each slot's estimated rate, against a step that only decodes. Every EXPLORE_EVERY-th
+        decision drafts anyway, so the estimates and the draft time stay measured."""
+        self.n_decisions += 1
+        if self.draft_seconds == 0 or self.n_decisions % EXPLORE_EVERY == 0:
+            return True
+        n = min(max(caps), self.n_positions)
+        rates = np.asarray([self.rate(s) for s in slots])
+        confidence = np.repeat(rates[:, None], n, axis=1)
+        kept = schedule_prefix_lengths(confidence, self.steps_per_second, np.minimum(caps, n))
+        gain = sum(float(np.sum(r ** np.arange(1, k + 1))) for r, k in zip(rates, kept))
+        n_rows = len(slots)
+        plain = n_rows / (1.0 / self.cost_table.steps_per_second(n_rows) + self.other_seconds)
+        return (n_rows + gain) * self.steps_per_second(n_rows + int(kept.sum())) > plain
 
     def steps_per_second(self, rows: int) -> float:
         return 1.0 / (1.0 / self.cost_table.steps_per_second(rows) + self.draft_seconds + self.other_seconds)

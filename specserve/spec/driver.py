@@ -25,6 +25,7 @@ class SpecDriver:
         self.n_drafted = [0] * n_slots                 # tokens of the slot's last verified draft
         self.unverified: dict[int, int] = {}           # slot -> first token of a draft the scheduler cut
         self.rows_verified = 0                         # generating rows of the step being run
+        self.drafted = False                           # whether that step ran the proposers
         self.taps = tuple(sorted({t for p in proposers for t in p.taps}))
         self.needs_final_hidden = any(p.needs_final_hidden for p in proposers)
 
@@ -50,6 +51,12 @@ class SpecDriver:
             p.process(batch)
 
     def draft(self, requests: list[DraftRequest]) -> dict[int, Draft]:
+        self.unverified.clear()
+        self.rows_verified, self.drafted = len(requests), False
+        if self.scheduler is not None and requests and not self.scheduler.should_draft(
+                [r.slot for r in requests], [r.n_max for r in requests]):
+            return {}                   # --spec-schedule: drafting would cost more than it brings
+        self.drafted = True
         won: dict[int, tuple[Proposer, Draft]] = {}
         pending = list(requests)
         t_start = time.perf_counter()
@@ -69,7 +76,6 @@ class SpecDriver:
                     continue
                 won[req.slot] = (p, d.truncate(req.n_max) if req.n_max > 0 else d)
             pending = still
-        self.unverified.clear()
         if self.scheduler is not None and won:
             self.scheduler.note_draft_time(time.perf_counter() - t_start)
             self._schedule(won)
@@ -99,7 +105,7 @@ class SpecDriver:
     def step_done(self, seconds: float) -> None:
         """The engine finished a step that drafted (for --spec-schedule's cost of a step)."""
         if self.scheduler is not None:
-            self.scheduler.note_step(seconds, self.rows_verified)
+            self.scheduler.note_step(seconds, self.rows_verified, self.drafted)
 
     def no_draft(self, slot: int, emitted: int) -> None:
         """A generating slot verified no draft this step; `emitted` is the token the target chose."""
