@@ -2,10 +2,9 @@
 speculative type, with `specserve bench` (run, then compare and report).
 
 Configurations: no speculation, every registered type that needs no draft model, and each
-`draft-*` type whose bundled drafter folder exists (`specserve/bundled/<model>-<method>`,
-e.g. `stdlib-coder-eagle3` for draft-eagle3, or `stdlib-coder-draft-<method>`) or is given
-with `--drafter TYPE=DIR`. One `specserve serve` per configuration (`--threads 1`, greedy);
-in each round the servers are started together and take turns (an idle server sleeps), so a
+`draft-*` type whose drafter is shipped for the bundled model (`specserve/bundled/stdlib-coder-*`,
+run at the `--spec-draft-n-max` it was trained for) or given with `--drafter TYPE=DIR`. One
+`specserve serve` per configuration (`--threads 1`, greedy); in each round the servers are started together and take turns (an idle server sleeps), so a
 change in the machine's load hits every configuration alike; every round starts fresh servers,
 so methods that learn across requests gain nothing from earlier rounds. For each
 configuration every sample keeps its fastest round (highest decode tokens/s, as timeit keeps
@@ -38,43 +37,43 @@ from server_throughput import free_port  # noqa: E402
 from specserve.bench.records import write_json  # noqa: E402
 from specserve.bench.results import SampleResult  # noqa: E402
 from specserve.bench.summary import summarise  # noqa: E402
-from specserve.bundled import STDLIB_CODER  # noqa: E402
+from specserve.bundled import STDLIB_CODER, shipped_drafters  # noqa: E402
 from specserve.spec.registry import available_types  # noqa: E402
 
 ENV = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
 
 
-def bundled_drafter(model: Path, spec_type: str) -> Path | None:
-    method = spec_type.removeprefix("draft-")
-    for name in (f"{model.name}-{method}", f"{model.name}-draft-{method}"):
-        if (model.parent / name / "config.json").is_file():
-            return model.parent / name
-    return None
+def bundled_drafter(model: Path, spec_type: str) -> tuple[Path, int] | None:
+    """The drafter shipped for the bundled model and the --spec-draft-n-max it was trained for."""
+    return shipped_drafters().get(spec_type) if model.resolve() == STDLIB_CODER else None
 
 
-def configurations(args) -> tuple[dict[str, Path | None], list[str]]:
-    """({type: drafter folder or None}, types skipped for want of a drafter)."""
+def configurations(args) -> tuple[dict[str, tuple[Path, int | None] | None], list[str]]:
+    """({type: (drafter folder, n_max) or None}, types skipped for want of a drafter)."""
     drafters = dict(item.split("=", 1) for item in args.drafter)
     types = args.types.split(",") if args.types else [t for t in available_types() if t != "none"]
     chosen, skipped = {"none": None}, []
     for t in types:
         if not t.startswith("draft-"):
             chosen[t] = None
-        elif t in drafters or bundled_drafter(Path(args.model), t):
-            chosen[t] = Path(drafters[t]) if t in drafters else bundled_drafter(Path(args.model), t)
+        elif t in drafters:
+            chosen[t] = (Path(drafters[t]), None)
+        elif bundled_drafter(Path(args.model), t):
+            chosen[t] = bundled_drafter(Path(args.model), t)
         else:
             skipped.append(t)
     return chosen, skipped
 
 
 class Server:
-    def __init__(self, model: str, spec_type: str, drafter: Path | None, args, log: Path):
+    def __init__(self, model: str, spec_type: str, drafter: tuple[Path, int | None] | None, args, log: Path):
         self.port = free_port()
         self.url = f"127.0.0.1:{self.port}"
         cmd = [sys.executable, "-m", "specserve", "serve", "-m", model, "--port", str(self.port), "--threads", "1",
                "-np", str(args.concurrency), "--temp", "0", "--spec-type", spec_type, *args.server_args]
         if drafter is not None:
-            cmd += ["-md", str(drafter)]
+            folder, n_max = drafter
+            cmd += ["-md", str(folder)] + (["--spec-draft-n-max", str(n_max)] if n_max else [])
         self.log_path = log
         self.log = open(log, "w")
         self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT, env=ENV)

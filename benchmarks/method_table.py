@@ -5,9 +5,8 @@ free-text prompts, at temperature 0 and 1: tau (mean acceptance length = 1 + acc
 tokens per verification step), acceptance per draft position, decode tokens/s and speedup
 over no speculation in the same setting. The speedup is measured in process CPU time (one
 torch thread by default), which other jobs on a shared machine do not distort; tok/s is the
-wall-clock decode rate. Drafters are found as bundled folders named
-`<target>-<suffix>` (`-draft` -> draft-simple, `-eagle3`, `-mtp`, `-dflash`, `-dspark`);
-a type whose drafter is absent is skipped with a note. At T=1 the model drafters also run
+wall-clock decode rate. The drafters are the ones shipped for the bundled model
+(specserve.bundled.STDLIB_CODER_DRAFTERS); a type without one is skipped with a note. At T=1 the model drafters also run
 with `--spec-draft-sample` (drafts sampled from q, verified by rejection sampling).
 Single stream (one slot), requests one after another. Prints the table and writes JSON.
 
@@ -25,28 +24,23 @@ import torch
 
 from specserve import LLM, SamplingParams
 from specserve.errors import SpecServeError
-from specserve.llm import BUNDLED_DIR, BUNDLED_MODEL
+from specserve.bundled import shipped_drafters
+from specserve.llm import BUNDLED_MODEL
 from specserve.spec.registry import available_types
 
 from prompt_sets import CODE_PROMPTS, TEXT_PROMPTS
 
 PROMPT_SETS = {"code": CODE_PROMPTS, "free-text": TEXT_PROMPTS}
 
-SUFFIX_TYPES = {"draft": "draft-simple", "eagle3": "draft-eagle3", "mtp": "draft-mtp", "dflash": "draft-dflash",
-                "dspark": "draft-dspark"}
 MODEL_DRAFTERS = ("draft-simple", "draft-eagle3", "draft-mtp")
 BLOCK_DRAFTERS = ("draft-dflash", "draft-dspark")
 
 
 def bundled_drafters(target: Path) -> dict[str, Path]:
-    """spec type -> drafter folder, from folders named <target>-<suffix> next to the target."""
-    found = {}
-    for folder in sorted(BUNDLED_DIR.glob(f"{target.name}-*")):
-        suffix = folder.name[len(target.name) + 1:]
-        spec_type = SUFFIX_TYPES.get(suffix, f"draft-{suffix}")
-        if folder.is_dir() and (folder / "config.json").is_file():
-            found[spec_type] = folder
-    return found
+    """spec type -> drafter folder shipped for the target (only the bundled model has them)."""
+    if target.resolve() != BUNDLED_MODEL.resolve():
+        return {}
+    return {spec_type: folder for spec_type, (folder, _) in shipped_drafters().items()}
 
 
 def configurations(target: Path):
@@ -59,7 +53,7 @@ def configurations(target: Path):
         needs_folder = spec_type.startswith("draft-") and spec_type != "draft-mtp"
         folder = drafters.get(spec_type)
         if needs_folder and folder is None:
-            skipped.append((spec_type, f"no bundled drafter folder {target.name}-<suffix> for it"))
+            skipped.append((spec_type, "no drafter shipped for this model"))
             continue
         configs.append((spec_type, spec_type, folder, {}, (0.0, 1.0)))
         if spec_type in MODEL_DRAFTERS:
