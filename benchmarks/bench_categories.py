@@ -24,16 +24,14 @@ import os
 import platform
 import subprocess
 import sys
-import time
 from pathlib import Path
 
-import httpx
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from server_throughput import free_port  # noqa: E402
+from serve_process import ServeProcess  # noqa: E402
 from specserve.bench.records import write_json  # noqa: E402
 from specserve.bench.results import SampleResult  # noqa: E402
 from specserve.bench.summary import summarise  # noqa: E402
@@ -65,47 +63,13 @@ def configurations(args) -> tuple[dict[str, tuple[Path, int | None] | None], lis
     return chosen, skipped
 
 
-class Server:
-    def __init__(self, model: str, spec_type: str, drafter: tuple[Path, int | None] | None, args, log: Path):
-        self.port = free_port()
-        self.url = f"127.0.0.1:{self.port}"
-        cmd = [sys.executable, "-m", "specserve", "serve", "-m", model, "--port", str(self.port), "--threads", "1",
-               "-np", str(args.concurrency), "--temp", "0", "--spec-type", spec_type, *args.server_args]
-        if drafter is not None:
-            folder, n_max = drafter
-            cmd += ["-md", str(folder)] + (["--spec-draft-n-max", str(n_max)] if n_max else [])
-        self.log_path = log
-        self.log = open(log, "w")
-        self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT, env=ENV)
-
-    def wait(self, timeout: float = 300) -> str | None:
-        """None when healthy, else the last line the server printed."""
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                self.log.flush()
-                lines = [ln for ln in self.log_path.read_text().splitlines() if ln.strip()] or ["exited"]
-                return lines[-1]
-            try:
-                if httpx.get(f"http://{self.url}/health", timeout=1).status_code == 200:
-                    # warm-up: the first request of a process pays one-off costs
-                    httpx.post(f"http://{self.url}/v1/completions", timeout=60,
-                               json={"prompt": "x = 1\n", "max_tokens": 4, "temperature": 0})
-                    return None
-            except httpx.TransportError:
-                pass
-            time.sleep(0.2)
-        return "did not become healthy in time"
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        self.log.close()
+def server_args(spec_type: str, drafter: tuple[Path, int | None] | None, args) -> list[str]:
+    out = ["--threads", "1", "-np", str(args.concurrency), "--temp", "0", "--spec-type", spec_type,
+           *args.server_args]
+    if drafter is not None:
+        folder, n_max = drafter
+        out += ["-md", str(folder)] + (["--spec-draft-n-max", str(n_max)] if n_max else [])
+    return out
 
 
 def fastest_rounds(records: list[dict]) -> dict:
@@ -153,7 +117,8 @@ def main() -> int:
     workload = ["--bench", args.bench, "--limit", str(args.limit), "--osl", str(args.osl),
                 "--concurrency", str(args.concurrency), "--extra-inputs", '{"temperature": 0}', "--no-progress"]
     for round_no in range(1, args.rounds + 1):
-        servers = {t: Server(args.model, t, d, args, out / f"server-{t}.log") for t, d in configs.items()
+        servers = {t: ServeProcess(args.model, server_args(t, d, args), out / f"server-{t}.log")
+                   for t, d in configs.items()
                    if t not in failed_start}
         try:
             for t, server in servers.items():

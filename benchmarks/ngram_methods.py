@@ -27,32 +27,14 @@ from pathlib import Path
 import torch
 
 from specserve import LLM, SamplingParams
+from specserve.commands.demo import DEMO_PROMPT
 from specserve.llm import BUNDLED_MODEL
 from specserve.spec.ngram_cache_store import NGRAM_STATIC, NgramCache
 
 # Each prompt shows some code, then starts writing it again with a small change; the
 # faithful continuation copies most of it.
 EDIT_PROMPTS = [
-    '''def merge_sorted(left, right):
-    """Merge two sorted lists into one sorted list."""
-    result = []
-    i = j = 0
-    while i < len(left) and j < len(right):
-        if left[i] <= right[j]:
-            result.append(left[i])
-            i += 1
-        else:
-            result.append(right[j])
-            j += 1
-    result.extend(left[i:])
-    result.extend(right[j:])
-    return result
-
-
-def merge_sorted_lists(left, right):
-    """Merge two sorted lists into one sorted list."""
-    result = []
-''',
+    DEMO_PROMPT,
     '''class Stack:
     """A last-in, first-out stack."""
 

@@ -26,8 +26,6 @@ import hashlib
 import json
 import os
 import platform
-import socket
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -42,62 +40,22 @@ from specserve.bundled import shipped_drafters  # noqa: E402
 from specserve.llm import BUNDLED_MODEL  # noqa: E402
 from specserve.spec.registry import available_types  # noqa: E402
 
+from serve_process import ServeProcess  # noqa: E402
 from server_prompts import prompts  # noqa: E402
 
-WARMUP_PROMPT = "x = 1\n"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class Server:
-    def __init__(self, model: str, spec_type: str, slots: int, extra: list[str], draft_model: str | None,
-                 log_path: Path):
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        spec_type, _, variant = spec_type.partition("+")          # "TYPE+schedule": with --spec-schedule
-        extra = [*extra, "--spec-schedule"] if variant == "schedule" else extra
-        cmd = [sys.executable, "-m", "specserve", "serve", "-m", model, "--port", str(self.port), "-np",
-               str(slots), "--spec-type", spec_type, "--temp", "0", *extra]
-        if spec_type.startswith("draft-"):
-            shipped = shipped_drafters().get(spec_type) if Path(model) == BUNDLED_MODEL else None
-            if draft_model:
-                cmd += ["-md", draft_model]
-            elif shipped:           # the bundled model's own drafter, at the block it was trained for
-                cmd += ["-md", str(shipped[0]), "--spec-draft-n-max", str(shipped[1])]
-        self.log_path = log_path
-        self.log = open(log_path, "w")
-        env = dict(os.environ, PYTHONPATH=str(ROOT))
-        self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT, env=env)
-
-    def wait(self, timeout: float = 300) -> str | None:
-        """None when healthy, else the reason the server did not start."""
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                self.log.flush()
-                lines = [ln for ln in self.log_path.read_text().splitlines() if ln.strip()]
-                errors = [ln for ln in lines if ln.startswith("error:")]
-                return (errors or lines or ["exited"])[-1]
-            try:
-                if httpx.get(self.url + "/health", timeout=1).status_code == 200:
-                    return None
-            except httpx.TransportError:
-                pass
-            time.sleep(0.2)
-        return "did not become healthy in time"
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-        self.log.close()
+def server_args(spec_label: str, model: str, slots: int, extra: list[str], draft_model: str | None) -> list[str]:
+    """`specserve serve` options for one configuration ("TYPE+schedule": TYPE with --spec-schedule)."""
+    spec_type, _, variant = spec_label.partition("+")
+    args = ["-np", str(slots), "--spec-type", spec_type, "--temp", "0", *extra]
+    if variant == "schedule":
+        args.append("--spec-schedule")
+    if spec_type.startswith("draft-"):
+        shipped = shipped_drafters().get(spec_type) if Path(model) == BUNDLED_MODEL else None
+        if draft_model:
+            args += ["-md", draft_model]
+        elif shipped:           # the bundled model's own drafter, at the block it was trained for
+            args += ["-md", str(shipped[0]), "--spec-draft-n-max", str(shipped[1])]
+    return args
 
 
 async def one_request(client: httpx.AsyncClient, prompt: str, max_tokens: int) -> dict:
@@ -200,10 +158,11 @@ def main() -> None:
     print(f"\nwrote {out_path}")
 
 
-def start_servers(args, types: list[str], slots: int, out_path: Path, report: dict) -> dict[str, "Server"]:
+def start_servers(args, types: list[str], slots: int, out_path: Path, report: dict) -> dict[str, ServeProcess]:
     """One warmed-up server per configuration; a type that cannot start is marked skipped."""
-    pending = {t: Server(args.model, t, slots, ["-t", str(args.threads), *args.server_args], args.draft_model,
-                         out_path.with_name(f"server_throughput.{t}.log"))
+    pending = {t: ServeProcess(args.model, server_args(t, args.model, slots, ["-t", str(args.threads),
+                                                                          *args.server_args], args.draft_model),
+                               out_path.with_name(f"server_throughput.{t}.log"))
                for t in types if "skipped" not in report["configs"][t]}
     servers = {}
     for spec_type, server in pending.items():
@@ -213,7 +172,6 @@ def start_servers(args, types: list[str], slots: int, out_path: Path, report: di
             print(f"{spec_type}: skipped ({reason})", flush=True)
             report["configs"][spec_type] = {"skipped": reason}
             continue
-        asyncio.run(run_level(server.url, [WARMUP_PROMPT], 1, 1, 8))
         servers[spec_type] = server
     return servers
 
