@@ -103,3 +103,18 @@ class Proposer:
     def max_draft(self) -> int:
         """Longest draft this proposer can return (sizes the per-position statistics)."""
         return int(self.ctx.options.get("spec_draft_n_max", 3))
+
+
+class TokenProposer(Proposer):
+    """A proposer that drafts each slot on its own from the slot's tokens (the draftless methods)."""
+
+    def draft_tokens(self, req: DraftRequest) -> list[int]:
+        raise NotImplementedError
+
+    def draft(self, requests: list[DraftRequest]) -> dict[int, Draft]:
+        out = {}
+        for req in requests:
+            tokens = self.draft_tokens(req)
+            if tokens:
+                out[req.slot] = Draft(tokens)
+        return out

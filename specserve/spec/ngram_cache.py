@@ -13,13 +13,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from .base import Draft, DraftRequest, Option, Proposer
+from .base import DraftRequest, Option, TokenProposer
 from .ngram_cache_store import NGRAM_MAX, NGRAM_MIN, NgramCache, cache_draft
 
 N_DRAFT = 8
 
 
-class NgramCacheProposer(Proposer):
+class NgramCacheProposer(TokenProposer):
     name = "ngram-cache"
     options = [
         Option(("-lcs", "--lookup-cache-static"), "lookup_cache_static", str, None,
@@ -52,13 +52,8 @@ class NgramCacheProposer(Proposer):
         tail = np.append(tokens[-(NGRAM_MAX - 1):], id_last)
         return cache_draft(tail, N_DRAFT, context, self.dynamic, self.static)
 
-    def draft(self, requests: list[DraftRequest]) -> dict[int, Draft]:
-        out = {}
-        for req in requests:
-            tokens = self.draft_one(req.slot, req.tokens, req.id_last)
-            if tokens:
-                out[req.slot] = Draft(tokens)
-        return out
+    def draft_tokens(self, req: DraftRequest) -> list[int]:
+        return self.draft_one(req.slot, req.tokens, req.id_last)
 
     def max_draft(self) -> int:
         return N_DRAFT

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..errors import OptionError
-from .base import Draft, DraftRequest, Option, Proposer
+from .base import DraftRequest, Option, TokenProposer
 from .ngram_search import common_prefix_len, ngram_positions
 
 KEY_MAP_SIZE = 262144
@@ -256,7 +256,7 @@ def map_options(kind: str) -> list[Option]:
     ]
 
 
-class NgramMapK(Proposer):
+class NgramMapK(TokenProposer):
     name = "ngram-map-k"
     kind = "k"
     key_only = True
@@ -281,13 +281,8 @@ class NgramMapK(Proposer):
     def begin(self, slot: int, prompt: np.ndarray) -> None:
         self._map(slot).begin(prompt)
 
-    def draft(self, requests: list[DraftRequest]) -> dict[int, Draft]:
-        out = {}
-        for req in requests:
-            tokens = self._map(req.slot).draft(req.tokens, req.id_last)
-            if tokens:
-                out[req.slot] = Draft(tokens)
-        return out
+    def draft_tokens(self, req: DraftRequest) -> list[int]:
+        return self._map(req.slot).draft(req.tokens, req.id_last)
 
     def accept(self, slot: int, n_accepted: int, is_other: bool) -> None:
         if not is_other and self.maps[slot] is not None:

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import OptionError
-from .base import Draft, DraftRequest, Option, Proposer
+from .base import DraftRequest, Option, TokenProposer
 
 log = logging.getLogger("specserve.spec")
 
@@ -111,7 +111,7 @@ class SlotState:
     n_low: int = 0            # consecutive low-acceptance drafts
 
 
-class NgramMod(Proposer):
+class NgramMod(TokenProposer):
     name = "ngram-mod"
     options = [
         Option(("--spec-ngram-mod-n-match",), "spec_ngram_mod_n_match", int, 24,
@@ -167,13 +167,8 @@ class NgramMod(Proposer):
         state.n_draft_last = len(out)
         return out
 
-    def draft(self, requests: list[DraftRequest]) -> dict[int, Draft]:
-        out = {}
-        for req in requests:
-            tokens = self.draft_one(req.slot, req.tokens, req.id_last)
-            if tokens:
-                out[req.slot] = Draft(tokens)
-        return out
+    def draft_tokens(self, req: DraftRequest) -> list[int]:
+        return self.draft_one(req.slot, req.tokens, req.id_last)
 
     def accept(self, slot: int, n_accepted: int, is_other: bool) -> None:
         if is_other:

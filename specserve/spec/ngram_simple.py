@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import OptionError
-from .base import Draft, DraftRequest, Option, Proposer
+from .base import DraftRequest, Option, TokenProposer
 from .ngram_search import find_last_ngram
 
 
@@ -28,7 +28,7 @@ def ngram_simple_draft(tokens: np.ndarray, id_last: int, n: int, m: int) -> list
     return tokens[match + n:match + n + copy_max].tolist()
 
 
-class NgramSimple(Proposer):
+class NgramSimple(TokenProposer):
     name = "ngram-simple"
     options = [
         Option(("--spec-ngram-simple-size-n",), "spec_ngram_simple_size_n", int, 12,
@@ -46,13 +46,8 @@ class NgramSimple(Proposer):
         if self.n < 1 or self.m < 1:
             raise OptionError("--spec-ngram-simple-size-n and --spec-ngram-simple-size-m must be >= 1")
 
-    def draft(self, requests: list[DraftRequest]) -> dict[int, Draft]:
-        out = {}
-        for req in requests:
-            tokens = ngram_simple_draft(req.tokens, req.id_last, self.n, self.m)
-            if tokens:
-                out[req.slot] = Draft(tokens)
-        return out
+    def draft_tokens(self, req: DraftRequest) -> list[int]:
+        return ngram_simple_draft(req.tokens, req.id_last, self.n, self.m)
 
     def max_draft(self) -> int:
         return self.m
