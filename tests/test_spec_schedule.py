@@ -14,7 +14,7 @@ from proposers_for_tests import Oracle
 from specserve import LLM, SamplingParams
 from specserve.models.step_batch import StepBatch, split_by_length
 from specserve.spec import registry
-from specserve.spec.acceptance_schedule import EXPLORE_EVERY, PRIOR, AcceptanceScheduler
+from specserve.spec.acceptance_schedule import DECIDE_EVERY, EXPLORE_EVERY, PRIOR, AcceptanceScheduler
 from specserve.spec.base import Draft
 from specserve.spec.step_cost import StepCostTable
 
@@ -52,10 +52,15 @@ def test_drafting_stops_when_it_cannot_pay_for_itself():
         for _ in range(5):
             sched.observe(slot, 3, 3)
     assert all(sched.should_draft([0, 1, 2, 3], [3] * 4) for _ in range(20))
-    sched.note_draft_time(1.0)                                    # a draft call as slow as 100 steps
-    sched.draft_seconds = 1.0
-    decisions = [sched.should_draft([0, 1, 2, 3], [3] * 4) for _ in range(EXPLORE_EVERY * 3)]
-    assert decisions.count(True) == 3                             # only the exploring steps draft
+    sched.draft_seconds = 1.0                                     # a draft call as slow as 100 steps
+    decisions = [sched.should_draft([0, 1, 2, 3], [3] * 4) for _ in range(EXPLORE_EVERY * 15)]
+    first_no = decisions.index(False)
+    assert first_no < DECIDE_EVERY                                # the cached answer is re-evaluated soon
+    explored = [i for i, d in enumerate(decisions) if d and i > first_no]
+    # from then on only exploring steps draft, at gaps that double: 8, 16, 32
+    assert [b - a for a, b in zip(explored, explored[1:])] == [EXPLORE_EVERY, 2 * EXPLORE_EVERY, 4 * EXPLORE_EVERY]
+    sched.draft_seconds = 0.0001                                  # drafting pays again: soon every step drafts
+    assert all([sched.should_draft([0, 1, 2, 3], [3] * 4) for _ in range(40)][DECIDE_EVERY:])
 
 
 def test_attention_groups_split_a_long_segment_from_one_row_slots():

@@ -19,8 +19,8 @@ compared with the token the target emitted (`observe_unverified`), so its estima
 when its drafts start to match again.
 
 When even the best admissible drafts would not pay for the draft call itself (a model
-drafter at high concurrency), the step does not draft at all (`should_draft`), except every
-EXPLORE_EVERY-th step, which keeps the estimates and the measured draft time current.
+drafter at high concurrency), the step does not draft at all (`should_draft`), except for
+exploring steps at growing intervals, which keep the estimates and the draft time current.
 """
 from __future__ import annotations
 
@@ -33,7 +33,9 @@ from .step_cost import StepCostTable
 PRIOR = 0.5          # acceptance chance assumed before any observation ...
 PRIOR_WEIGHT = 2.0   # ... worth this many observations
 DECAY = 0.9          # weight kept by older observations at each verification of the slot
-EXPLORE_EVERY = 8    # while drafting does not pay, still draft every this many steps (fresh estimates)
+EXPLORE_EVERY = 8    # while drafting does not pay, still draft after this many steps (fresh estimates),
+EXPLORE_MAX = 128    # ... the gap doubling up to this while it keeps not paying
+DECIDE_EVERY = 4     # the draft-or-not decision is re-evaluated every this many steps (estimates move slowly)
 
 
 class AcceptanceScheduler:
@@ -47,6 +49,9 @@ class AcceptanceScheduler:
         self.draft_seconds = 0.0                             # running mean of a whole draft call
         self.other_seconds = 0.0                             # running mean of the rest of a step
         self.n_decisions = 0
+        self.explore_gap = EXPLORE_EVERY
+        self.next_explore = EXPLORE_EVERY
+        self.last_decision = True
 
     def rate(self, slot: int) -> float:
         """P(a draft token is accepted | the tokens before it were), the same at every position:
@@ -60,7 +65,16 @@ class AcceptanceScheduler:
         self.tried[slot] = self.tried[pooled] * scale
 
     def note_draft_time(self, seconds: float) -> None:
-        self.draft_seconds = seconds if self.draft_seconds == 0 else 0.9 * self.draft_seconds + 0.1 * seconds
+        """Running estimate of a steady-state draft call. A call that catches a drafter up on many
+        tokens (the first after a prompt, or after steps without drafting) is slow once and says
+        little about the next ones, so slower calls move the estimate little and much slower
+        ones not at all; faster calls move it quickly."""
+        if self.draft_seconds == 0:
+            self.draft_seconds = seconds
+        elif seconds < self.draft_seconds:
+            self.draft_seconds = 0.5 * self.draft_seconds + 0.5 * seconds
+        elif seconds < 3 * self.draft_seconds:
+            self.draft_seconds = 0.9 * self.draft_seconds + 0.1 * seconds
 
     def note_step(self, seconds: float, rows: int, drafted: bool) -> None:
         """A whole engine step that verified `rows` rows took `seconds`: what the forward and the
@@ -72,11 +86,25 @@ class AcceptanceScheduler:
     def should_draft(self, slots: list[int], caps: list[int]) -> bool:
         """Whether drafting for these slots is expected to pay for the draft call itself: the
         expected tokens per second of a step that drafts, and verifies what `lengths` would keep
-        at each slot's estimated rate, against a step that only decodes. Every EXPLORE_EVERY-th
-        decision drafts anyway, so the estimates and the draft time stay measured."""
+        at each slot's estimated rate, against a step that only decodes. While the answer is no,
+        a step still drafts now and then (after EXPLORE_EVERY steps, then twice as long each time
+        up to EXPLORE_MAX), so the estimates and the draft time stay measured. The answer is
+        worked out every DECIDE_EVERY steps and reused in between."""
         self.n_decisions += 1
-        if self.draft_seconds == 0 or self.n_decisions % EXPLORE_EVERY == 0:
+        if self.draft_seconds == 0:
             return True
+        if self.n_decisions >= self.next_explore:
+            self.next_explore = self.n_decisions + self.explore_gap
+            self.explore_gap = min(2 * self.explore_gap, EXPLORE_MAX)
+            return True
+        if self.n_decisions % DECIDE_EVERY:
+            return self.last_decision
+        self.last_decision = self._drafting_pays(slots, caps)
+        if self.last_decision:
+            self.explore_gap, self.next_explore = EXPLORE_EVERY, self.n_decisions + EXPLORE_EVERY
+        return self.last_decision
+
+    def _drafting_pays(self, slots: list[int], caps: list[int]) -> bool:
         n = min(max(caps), self.n_positions)
         rates = np.asarray([self.rate(s) for s in slots])
         confidence = np.repeat(rates[:, None], n, axis=1)
