@@ -1,6 +1,7 @@
 """A real `specserve serve` subprocess on a free loopback port, for the server tests."""
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import subprocess
@@ -84,6 +85,18 @@ class ServerProcess:
                 self.proc.kill()
                 self.proc.wait()
         self.log_file.close()
+
+
+@contextlib.contextmanager
+def running(procs: dict[str, ServerProcess]):
+    """Servers started together (they load in parallel), all ready, all stopped afterwards."""
+    try:
+        for proc in procs.values():
+            proc.ready()
+        yield procs
+    finally:
+        for proc in procs.values():
+            proc.stop()
 
 
 def metric_values(text: str) -> dict[str, float]:

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from matplotlib import image as mpimg
 
-from server_process import ServerProcess, free_port
+from server_process import ServerProcess, free_port, running
 from specserve.bundled import STDLIB_CODER
 from specserve.cli import main
 
@@ -29,13 +29,8 @@ def servers(tmp_path_factory):
         "ngram-simple": ServerProcess(STDLIB_CODER, logs / "spec.log", "-np", "2", "--threads", "1",
                                       "--spec-type", "ngram-simple"),
     }
-    try:
-        for proc in procs.values():
-            proc.ready()
+    with running(procs):
         yield procs
-    finally:
-        for proc in procs.values():
-            proc.stop()
 
 
 def bench(capsys, *args) -> tuple[int, str]:

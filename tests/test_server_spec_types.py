@@ -5,7 +5,7 @@ import asyncio
 import openai
 import pytest
 
-from server_process import ServerProcess
+from server_process import ServerProcess, running
 from specserve import LLM, SamplingParams
 from specserve.spec.registry import all_options, available_types, proposer_class
 
@@ -50,13 +50,8 @@ def servers(tiny_qwen3, tmp_path_factory):
     logs = tmp_path_factory.mktemp("spec_types")
     procs = {t: ServerProcess(tiny_qwen3, logs / f"{t}.log", "-np", "3", "--spec-type", t, *small_flags())
              for t in TYPES}
-    try:
-        for proc in procs.values():
-            proc.ready()
+    with running(procs):
         yield procs
-    finally:
-        for proc in procs.values():
-            proc.stop()
 
 
 async def _complete_all(url, prompts):

@@ -68,16 +68,20 @@ def timing_lines(timings: dict) -> list[str]:
     ]
 
 
-def run(args) -> int:
+def text_from_args(args, what: str = "prompt") -> str:
+    """The text of -f/--file (read as UTF-8) or else -p/--prompt; a clear error without either."""
     if args.file:
         path = Path(args.file)
         if not path.is_file():
-            raise OptionError(f"prompt file not found: {path}")
-        prompt = path.read_text(encoding="utf-8")
-    elif args.prompt is not None:
-        prompt = args.prompt
-    else:
-        raise OptionError("give a prompt with -p/--prompt or -f/--file")
+            raise OptionError(f"{what} file not found: {path}")
+        return path.read_text(encoding="utf-8")
+    if args.prompt is not None:
+        return args.prompt
+    raise OptionError(f"give the {what} with -p/--prompt or -f/--file")
+
+
+def run(args) -> int:
+    prompt = text_from_args(args)
     engine, tokenizer = engine_from_args(args, n_parallel=1)
     if tokenizer is None:
         raise OptionError(f"no tokenizer.json in the model folder {args.model}")

@@ -51,15 +51,8 @@ def _text_options(parser: argparse.ArgumentParser) -> None:
 
 def _tokens(args) -> list[int]:
     from ..llm import BUNDLED_MODEL
-    if args.file:
-        path = Path(args.file)
-        if not path.is_file():
-            raise OptionError(f"text file not found: {path}")
-        text = path.read_text(encoding="utf-8")
-    elif args.prompt is not None:
-        text = args.prompt
-    else:
-        raise OptionError("give the text with -f/--file or -p/--prompt")
+    from .generate import text_from_args
+    text = text_from_args(args, "text")
     tokenizer = Tokenizer(args.model or BUNDLED_MODEL)
     tokens = tokenizer.encode(text)
     print("lookup: tokenization done", file=sys.stderr)
