@@ -60,3 +60,32 @@ class ServeProcess:
                 self.proc.kill()
                 self.proc.wait()
         self.log.close()
+
+
+class LlamaServerProcess(ServeProcess):
+    """llama.cpp's `llama-server -m GGUF --port P ARGS...` (LLAMACPP_BIN: the folder holding it)."""
+
+    def __init__(self, llama_bin: Path, gguf: Path, args: list[str], log_path: Path):
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.log_path = log_path
+        self.log = open(log_path, "w")
+        cmd = [str(llama_bin / "llama-server"), "-m", str(gguf), "--port", str(self.port), "--no-warmup", *args]
+        self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT)
+
+    def wait(self, timeout: float = 300) -> str | None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                self.log.flush()
+                lines = [ln for ln in self.log_path.read_text().splitlines() if ln.strip()]
+                return (lines or ["exited"])[-1]
+            try:
+                if httpx.get(self.url + "/health", timeout=1).status_code == 200:
+                    httpx.post(self.url + "/completion", timeout=60,
+                               json={"prompt": "x = 1\n", "n_predict": 4, "temperature": 0})
+                    return None
+            except httpx.TransportError:
+                pass
+            time.sleep(0.2)
+        return "did not become healthy in time"

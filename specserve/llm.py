@@ -7,6 +7,7 @@ from pathlib import Path
 
 import torch
 
+from . import kernels
 from .engine.engine import Engine
 from .engine.request import Request, RequestOutput
 from .errors import InvalidRequestError, OptionError
@@ -27,8 +28,7 @@ def load_engine(model: str | Path | None = None, draft_model: str | Path | None 
                 spec_type: str | list[str] | None = "none", n_parallel: int = 1, ctx_size: int = 0,
                 n_batch: int = 512, dtype: str = "auto", threads: int = 0, **spec_options):
     """(engine, tokenizer) for a model folder, with the requested speculative types."""
-    if threads and threads > 0:
-        torch.set_num_threads(threads)
+    kernels.set_threads(threads)
     model_dir = Path(model) if model else BUNDLED_MODEL
     options = default_spec_options()
     unknown = sorted(set(spec_options) - set(options))

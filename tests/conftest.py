@@ -8,6 +8,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from helpers import write_model  # noqa: E402
 
+from specserve import kernels  # noqa: E402
+
 # one thread: tiny test models gain nothing from more, and it keeps tests fast on a busy machine
 torch.set_num_threads(1)
 
@@ -28,3 +30,12 @@ def tiny_qwen3_bf16(tmp_path_factory):
     """The same kind of checkpoint stored in bfloat16: served with bfloat16 linear layers."""
     return write_model(tmp_path_factory.mktemp("qwen3bf16"), "qwen3", seed=1, std=0.25, dtype=torch.bfloat16,
                        torch_dtype="bfloat16")
+
+
+@pytest.fixture
+def torch_kernels():
+    """Serve with PyTorch operations instead of the native kernels (the portable reference path)."""
+    previous = kernels.requested()
+    kernels.configure(kernels="torch")
+    yield
+    kernels.configure(kernels=previous)

@@ -81,3 +81,15 @@ def write_model(out: Path, family: str = "qwen3", seed: int = 0, std: float = 0.
     if tokenizer:
         write_tokenizer(out)
     return out
+
+
+def blas_is_row_invariant() -> bool:
+    """Whether this machine's BLAS gives a row the same bits at 4 and at 128 rows, for a linear layer
+    and a batched attention product (the PyTorch path's batch invariance rests on it)."""
+    gen = torch.Generator().manual_seed(0)
+    w, x = torch.randn(256, 256, generator=gen), torch.randn(128, 256, generator=gen)
+    keys = torch.randn(1, 2, 16, 128, generator=gen)
+    q = torch.randn(1, 2, 128, 16, generator=gen)
+    linear_ok = torch.equal(torch.nn.functional.linear(x[:4], w)[0], torch.nn.functional.linear(x, w)[0])
+    matmul_ok = torch.equal(torch.matmul(q[:, :, :8], keys)[:, :, 0], torch.matmul(q, keys)[:, :, 0])
+    return linear_ok and matmul_ok

@@ -34,6 +34,9 @@ from .kv_cache import KVCache
 from .loader import parse_dtype
 from .rope import RotaryEmbedding, apply_rope
 from .step_batch import KEY_BLOCK
+from ..kernels import use_native_kernels
+from ..kernels.packed import PackedLinear
+from .native_decoder import NativeLayers, attention_rows
 from .transformer import ACTIVATIONS, DecoderLayer, RMSNorm, ServingWeights, linear, rms_norm
 
 
@@ -85,6 +88,10 @@ class BlockDrafter(nn.Module):
         self.shared: SharedTargetWeights | None = None
         self.rope: RotaryEmbedding | None = None
         self.serving: list[ServingWeights] | None = None     # built by new_cache()
+        self.native: NativeLayers | None = None               # built by new_cache() on the native kernels
+        self.packed_fc: PackedLinear | None = None
+        self.quant: str | None = None
+        self.target_ref: tuple = ()                           # (target,): its packed lm_head serves the logits
 
     # ------------------------------------------------------------------ loading
     @classmethod
@@ -114,6 +121,7 @@ class BlockDrafter(nn.Module):
 
     def attach_target(self, target) -> None:
         self.shared = SharedTargetWeights(target.model.embed_tokens.weight, target.lm_head_weight)
+        self.target_ref = (target,)
 
     @property
     def dtype(self) -> torch.dtype:
@@ -139,7 +147,10 @@ class BlockDrafter(nn.Module):
         """Target lm_head over draft rows, float32 [..., V]."""
         shape = hidden_normed.shape
         flat = hidden_normed.reshape(-1, shape[-1])
-        return linear(flat, self.shared.lm_head).float().view(*shape[:-1], -1)
+        target = self.target_ref[0] if self.target_ref else None
+        if self.native is not None and target is not None and target.prepare_native():
+            return target.native.head(flat).view(*shape[:-1], -1)
+        return linear(flat.to(self.shared.lm_head.dtype), self.shared.lm_head).float().view(*shape[:-1], -1)
 
     def draft_rows(self, hidden: torch.Tensor) -> torch.Tensor:
         """[..., nb, H] block outputs -> the rows that predict drafts 1..n (the layout decides)."""
@@ -159,7 +170,10 @@ class BlockDrafter(nn.Module):
     def new_cache(self, n_slots: int, max_ctx: int) -> KVCache:
         """Context K/V per slot (float32, like the target's), with room for one block past max_ctx."""
         cfg = self.cfg
-        if self.serving is None:
+        if self.native is None and use_native_kernels(self.device, self.quant):
+            self.native = NativeLayers(self.layers, cfg, self.quant)
+            self.packed_fc = PackedLinear(self.fc.weight, None, self.quant)
+        if self.serving is None and self.native is None:
             self.serving = [layer.serving_weights(cfg) for layer in self.layers]
         self._rope(max_ctx + self.spec.block_size + 1)
         return KVCache(cfg.num_hidden_layers, n_slots, cfg.num_key_value_heads, max_ctx + self.spec.block_size + 1,
@@ -175,6 +189,8 @@ class BlockDrafter(nn.Module):
         Linear layers run in the model dtype; q/k/v, RoPE, the cache and attention in float32,
         as in the target's serving forward.
         """
+        if self.native is not None:
+            return self._forward_native(cache, ctx_feats, ctx_slots, ctx_positions, slots, pos0, block_tokens)
         cfg = self.cfg
         n_heads, n_kv, d = cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim
         group, eps, q_size, kv_size = n_heads // n_kv, cfg.rms_norm_eps, cfg.q_size, cfg.kv_size
@@ -230,6 +246,29 @@ class BlockDrafter(nn.Module):
             h = rms_norm(x, w.post_norm, eps)
             gate, up = linear(h, w.gate_up_w, w.gate_up_b).split(cfg.intermediate_size, dim=-1)
             x = x + linear(self.act(gate) * up, w.down_w, w.down_b)
+        return rms_norm(x, self.norm.weight, eps).view(n_slots, nb, -1)
+
+    def _forward_native(self, cache, ctx_feats, ctx_slots, ctx_positions, slots, pos0, block_tokens):
+        """forward_cached on the native kernels: context rows go in as key/value-only prefix rows."""
+        eps, (n_slots, nb) = self.cfg.rms_norm_eps, block_tokens.shape
+        slot_t = torch.as_tensor(slots, dtype=torch.int64)
+        positions = (pos0.unsqueeze(1) + torch.arange(nb)).reshape(-1)
+        row_slots = slot_t.repeat_interleave(nb)
+        key_len = (pos0 + nb).repeat_interleave(nb)        # every block row sees the whole block
+        ctx = None
+        if ctx_feats is not None and ctx_feats.shape[0]:
+            ctx = rms_norm(self.packed_fc(ctx_feats), self.hidden_norm.weight, eps)
+            positions = torch.cat([ctx_positions, positions])
+            row_slots = torch.cat([ctx_slots, row_slots])
+            key_len = torch.cat([torch.zeros_like(ctx_positions), key_len])
+        rope_rows = None
+        if self._rope(int(positions.max()) + 1).rope_type == "dynamic":
+            rope_rows = self._cos_sin(positions)
+        keep: list = []
+        attn = attention_rows(self.rope, row_slots, positions, key_len, cache, keep, rope_rows)
+        x = F.embedding(block_tokens.reshape(-1), self.shared.embed).float()
+        for index in range(len(self.native.layers)):
+            self.native.layer(index, x, attn, prefix_input=ctx)
         return rms_norm(x, self.norm.weight, eps).view(n_slots, nb, -1)
 
     # ------------------------------------------------------------------ training forward

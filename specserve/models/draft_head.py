@@ -1,5 +1,6 @@
 """What the small draft heads (EAGLE-3, MTP) share: a decoder-layer config, RoPE tables, and a
-float32 KV cache over their own layers, run with the same batch-invariant layer code as the target."""
+float32 KV cache over their own layers, run with the same batch-invariant layer code as the target
+(the native kernels on the CPU, else PyTorch operations)."""
 from __future__ import annotations
 
 import torch
@@ -9,7 +10,10 @@ from .config import ModelConfig
 from .kv_cache import KVCache
 from .rope import RotaryEmbedding
 from .step_batch import StepBatch
-from .transformer import ACTIVATIONS, ServingWeights, rope_tables, serving_cache
+from ..kernels import use_native_kernels
+from ..kernels.packed import PackedLinear
+from .native_decoder import NativeLayers, causal_attention, commit_lengths
+from .transformer import ACTIVATIONS, ServingWeights, linear, rope_tables, serving_cache
 
 
 class DraftHead(nn.Module):
@@ -19,9 +23,27 @@ class DraftHead(nn.Module):
         self.act = ACTIVATIONS[cfg.hidden_act]
         self.rope: RotaryEmbedding | None = None
         self.serving: list[ServingWeights] | None = None     # built by new_cache()
+        self.native: NativeLayers | None = None               # built by new_cache() on the native kernels
+        self.packed: dict[str, PackedLinear] = {}
+        self.quant: str | None = None
 
     def decoder_layers(self) -> list[nn.Module]:
         raise NotImplementedError
+
+    def head_linears(self) -> dict[str, tuple[torch.Tensor, torch.Tensor | None]]:
+        """The head's own linear layers outside the decoder layers: name -> (weight, bias)."""
+        raise NotImplementedError
+
+    def apply_linear(self, name: str, x: torch.Tensor) -> torch.Tensor:
+        """x [..., k] through linear `name`: packed native weights (float32 out) when serving on them."""
+        flat = x.reshape(-1, x.shape[-1])
+        packed = self.packed.get(name)
+        if packed is not None and not torch.is_grad_enabled():
+            out = packed(flat)
+        else:
+            weight, bias = self.head_linears()[name]
+            out = linear(flat.to(weight.dtype), weight, bias)
+        return out.reshape(*x.shape[:-1], -1)
 
     @property
     def dtype(self) -> torch.dtype:
@@ -32,7 +54,23 @@ class DraftHead(nn.Module):
         return next(self.parameters()).device
 
     def new_cache(self, n_slots: int, max_ctx: int) -> KVCache:
-        return serving_cache(self, self.decoder_layers(), n_slots, max_ctx)
+        native = self.native is not None or use_native_kernels(self.device, self.quant)
+        cache = serving_cache(self, self.decoder_layers(), n_slots, max_ctx, torch_weights=not native)
+        if native and self.native is None:
+            self.native = NativeLayers(self.decoder_layers(), self.config, self.quant)
+            self.packed = {name: PackedLinear(w, b, self.quant) for name, (w, b) in self.head_linears().items()}
+        return cache
+
+    def native_layers(self, batch: StepBatch, cache: KVCache, x: torch.Tensor,
+                      first_input: torch.Tensor | None = None) -> torch.Tensor:
+        """Every decoder layer over float32 rows x (in place) on the native kernels; `first_input`
+        replaces layer 0's normed input. Returns x."""
+        keep: list = []
+        attn = causal_attention(self.rope, batch, cache, keep)
+        for index in range(len(self.native.layers)):
+            self.native.layer(index, x, attn, input=first_input if index == 0 else None)
+        commit_lengths(batch, cache)
+        return x
 
     def begin_step(self, batch: StepBatch, cache: KVCache):
         """Prepare the batch for this head's cache; returns the float32 RoPE rows (cos, sin)."""

@@ -93,7 +93,7 @@ class Eagle3Draft(DraftHead):
             x = self.input_norm(x)
         if self.fc_norm is not None:
             x = torch.cat([norm(part) for norm, part in zip(self.fc_norm, x.chunk(self.opts.n_aux, dim=-1))], -1)
-        return linear(x.reshape(-1, x.shape[-1]), self.fc.weight, self.fc.bias).reshape(*x.shape[:-1], -1)
+        return self.apply_linear("fc", x)
 
     def layer0_inputs(self, embedded: torch.Tensor, hidden: torch.Tensor):
         """(z = cat(input_layernorm(e), hidden_norm(g)) [.., 2H], residual [.., H])."""
@@ -110,13 +110,24 @@ class Eagle3Draft(DraftHead):
     def output(self, h: torch.Tensor):
         """(logits [.., Vd] float32, hidden fed to the next step)."""
         normed, next_hidden = self.normed_and_next(h)
-        logits = linear(normed.reshape(-1, normed.shape[-1]), self.lm_head_weight).float()
-        return logits.reshape(*h.shape[:-1], -1), next_hidden
+        return self.apply_linear("lm_head", normed).float(), next_hidden
+
+    def head_linears(self):
+        linears = {"lm_head": (self.lm_head_weight, None)}
+        if self.fc is not None:
+            linears["fc"] = (self.fc.weight, self.fc.bias)
+        return linears
 
     # ------------------------------------------------------------------ serving
     def forward_step(self, batch: StepBatch, hidden: torch.Tensor, cache: KVCache):
         """Rows (token, input hidden) at the batch positions; returns (logits, next hidden) of the output rows."""
         cfg = self.config
+        if self.native is not None:
+            z, residual = self.layer0_inputs(F.embedding(batch.tokens, self.embedding_weight).float(), hidden.float())
+            x = self.native_layers(batch, cache, residual.clone(), first_input=z.contiguous())
+            if not batch.output_rows.numel():
+                return None, None
+            return self.output(x.index_select(0, batch.output_rows))
         cos, sin = self.begin_step(batch, cache)
         z, residual = self.layer0_inputs(F.embedding(batch.tokens, self.embedding_weight), hidden.to(self.dtype))
         w0 = self.serving[0]

@@ -46,7 +46,10 @@ class MtpHead(DraftHead):
         e = rms_norm(embedded, self.enorm.weight, eps)
         h = rms_norm(hidden, self.hnorm.weight, eps)
         x = torch.cat([h, e] if self.hidden_first else [e, h], dim=-1)
-        return linear(x.reshape(-1, x.shape[-1]), self.eh_proj.weight).reshape(*x.shape[:-1], -1)
+        return self.apply_linear("eh_proj", x)
+
+    def head_linears(self):
+        return {"eh_proj": (self.eh_proj.weight, None), "head": (self.head, None)}
 
     @property
     def lm_head_weight(self) -> torch.Tensor:
@@ -60,11 +63,16 @@ class MtpHead(DraftHead):
     def output(self, h: torch.Tensor):
         """(logits [.., V] float32, post-norm hidden fed back)."""
         normed, next_hidden = self.normed_and_next(h)
-        logits = linear(normed.reshape(-1, normed.shape[-1]), self.head).float()
-        return logits.reshape(*h.shape[:-1], -1), next_hidden
+        return self.apply_linear("head", normed).float(), next_hidden
 
     # ------------------------------------------------------------------ serving
     def forward_step(self, batch: StepBatch, hidden: torch.Tensor, cache: KVCache):
+        if self.native is not None:
+            x = self.combine(F.embedding(batch.tokens, self.embedding).float(), hidden.float(), batch.positions)
+            x = self.native_layers(batch, cache, x.contiguous())
+            if not batch.output_rows.numel():
+                return None, None
+            return self.output(x.index_select(0, batch.output_rows))
         cos, sin = self.begin_step(batch, cache)
         x = self.combine(F.embedding(batch.tokens, self.embedding), hidden.to(self.dtype), batch.positions)
         x = decoder_layer_step(self.serving[0], x, self.config, self.act, cos, sin, batch, cache, 0)

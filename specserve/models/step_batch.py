@@ -72,6 +72,7 @@ class StepBatch:
     output_rows: torch.Tensor       # [n_out] int64 rows whose logits are needed
     groups: list[AttentionGroup] = field(default_factory=list)   # derived by prepare()
     extra: dict = field(default_factory=dict)
+    row_slots: torch.Tensor | None = None    # [N] slot of each row (set by build)
 
     @property
     def n_tokens(self) -> int:
@@ -81,16 +82,19 @@ class StepBatch:
     def build(rows: list[tuple[int, list[int] | torch.Tensor, int]], outputs: list[int],
               device=None) -> "StepBatch":
         """rows: per slot (slot, token ids, pos0), in the order they go into the batch."""
-        segments, toks, poss, start = [], [], [], 0
+        segments, tokens, positions, slots, start = [], [], [], [], 0
         for slot, ids, pos0 in rows:
-            ids = torch.as_tensor(ids, dtype=torch.int64)
-            n = int(ids.shape[0])
+            ids = ids.tolist() if hasattr(ids, "tolist") else list(ids)
+            n = len(ids)
             segments.append(Segment(slot, start, n, pos0))
-            toks.append(ids)
-            poss.append(torch.arange(pos0, pos0 + n, dtype=torch.int64))
+            tokens += ids
+            positions += range(pos0, pos0 + n)
+            slots += [slot] * n
             start += n
-        batch = StepBatch(torch.cat(toks).to(device), torch.cat(poss).to(device), segments,
-                          torch.as_tensor(outputs, dtype=torch.int64, device=device))
+        batch = StepBatch(torch.tensor(tokens, dtype=torch.int64, device=device),
+                          torch.tensor(positions, dtype=torch.int64, device=device), segments,
+                          torch.tensor(outputs, dtype=torch.int64, device=device))
+        batch.row_slots = torch.tensor(slots, dtype=torch.int64, device=device)
         return batch
 
     def segment_of(self, slot: int) -> Segment:

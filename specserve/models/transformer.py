@@ -24,6 +24,8 @@ from .loader import Checkpoint, parse_dtype
 from .rope import RotaryEmbedding, apply_rope
 from .step_batch import MIN_ROWS, AttentionGroup, StepBatch
 from ..errors import ModelLoadError
+from ..kernels import use_native_kernels
+from .native_decoder import NativeDecoder
 
 ACTIVATIONS = {
     "silu": F.silu, "swish": F.silu, "relu": F.relu, "gelu": F.gelu,
@@ -46,8 +48,8 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
 
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor | None, eps: float) -> torch.Tensor:
-    if x.dtype == torch.float32:
-        return F.rms_norm(x, (x.shape[-1],), weight, eps)
+    if x.dtype == torch.float32:        # float32 rows (the native path) with weights of any dtype
+        return F.rms_norm(x, (x.shape[-1],), None if weight is None else weight.float(), eps)
     out = F.rms_norm(x.float(), (x.shape[-1],), None, eps).to(x.dtype)
     return out * weight if weight is not None else out
 
@@ -211,16 +213,17 @@ def decoder_layer_step(w: ServingWeights, x: torch.Tensor, cfg: ModelConfig, act
     return mlp_step(w, x, cfg, act)
 
 
-def serving_cache(model: nn.Module, layers, n_slots: int, max_ctx: int) -> KVCache:
+def serving_cache(model: nn.Module, layers, n_slots: int, max_ctx: int, torch_weights: bool = True) -> KVCache:
     """Ready `model` (with .config, .rope, .serving, .device) to serve up to max_ctx positions
-    with `layers`: RoPE tables long enough, serving weights, and a float32 KV cache for them."""
+    with `layers`: RoPE tables long enough, the PyTorch path's fused weights (unless
+    `torch_weights` is False) and a float32 KV cache for them."""
     cfg = model.config
     if model.rope is None or model.rope.cos.shape[0] < max_ctx:
         model.rope = RotaryEmbedding(cfg.head_dim, cfg.rope_theta, cfg.rope_scaling,
                                      cfg.max_position_embeddings, max(max_ctx, 64), model.device)
-    if model.serving is None:
+    if model.serving is None and torch_weights:
         model.serving = [layer.serving_weights(cfg) for layer in layers]
-    return KVCache(len(model.serving), n_slots, cfg.num_key_value_heads, max_ctx, cfg.head_dim, torch.float32,
+    return KVCache(len(layers), n_slots, cfg.num_key_value_heads, max_ctx, cfg.head_dim, torch.float32,
                    model.device)
 
 
@@ -248,6 +251,8 @@ class CausalLM(nn.Module):
         self.act = ACTIVATIONS[cfg.hidden_act]
         self.rope: RotaryEmbedding | None = None
         self.serving: list[ServingWeights] | None = None     # built by new_cache()
+        self.native: NativeDecoder | None = None              # the native-kernel forward, built by new_cache()
+        self.quant: str | None = None                         # weight quantization of the native forward
         self.model_dir: Path | None = None
 
     # ------------------------------------------------------------------ loading
@@ -292,8 +297,18 @@ class CausalLM(nn.Module):
         return linear(hidden_normed, self.lm_head_weight).float()
 
     def new_cache(self, n_slots: int, max_ctx: int) -> KVCache:
-        """A KV cache for the serving forward (float32: attention always runs in float32)."""
-        return serving_cache(self, self.model.layers, n_slots, max_ctx)
+        """A KV cache for the serving forward (float32: attention always runs in float32).
+
+        On the CPU with the native kernels enabled, the first call packs the weights for them.
+        """
+        native = self.prepare_native()
+        return serving_cache(self, self.model.layers, n_slots, max_ctx, torch_weights=not native)
+
+    def prepare_native(self) -> bool:
+        """Pack the weights for the native kernels if this model serves on them; False: PyTorch path."""
+        if self.native is None and use_native_kernels(self.device, self.quant):
+            self.native = NativeDecoder(self, self.quant)
+        return self.native is not None
 
     # ------------------------------------------------------------------ serving forward
     def forward_step(self, batch: StepBatch, cache: KVCache, taps=(), want_final_hidden: bool = False,
@@ -302,6 +317,8 @@ class CausalLM(nn.Module):
 
         Linear layers run in the model dtype; q/k/v, RoPE, the cache and attention in float32.
         """
+        if self.native is not None:
+            return self.native.forward_step(batch, cache, taps, want_final_hidden)
         cfg = self.config
         eps = cfg.rms_norm_eps
         batch.prepare(cfg.num_key_value_heads, cache.capacity, cfg.num_attention_heads // cfg.num_key_value_heads)

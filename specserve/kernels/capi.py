@@ -1,0 +1,65 @@
+"""ctypes view of the native kernel library (native/kernels.h): structs and function signatures."""
+from __future__ import annotations
+
+import ctypes
+from ctypes import POINTER, c_float, c_int32, c_int64, c_void_p
+
+W_F32, W_BF16, W_I8 = 0, 1, 2
+OUT_STORE, OUT_ADD, OUT_SWIGLU = 0, 1, 2
+ACTIVATION_IDS = {"silu": 0, "swish": 0, "gelu": 1, "gelu_pytorch_tanh": 2, "gelu_new": 2, "relu": 3}
+FEATURE_AVX512, FEATURE_AVX512_BF16 = 1, 2
+
+
+class Weight(ctypes.Structure):
+    _fields_ = [("data", c_void_p), ("scales", c_void_p), ("bias", c_void_p), ("type", c_int32),
+                ("n", c_int32), ("k", c_int32), ("act", c_int32)]
+
+
+class Layer(ctypes.Structure):
+    _fields_ = [("qkv", Weight), ("o", Weight), ("gate_up", Weight), ("down", Weight),
+                ("input_norm", c_void_p), ("post_norm", c_void_p), ("q_norm", c_void_p), ("k_norm", c_void_p)]
+
+
+class Model(ctypes.Structure):
+    _fields_ = [("hidden", c_int32), ("intermediate_padded", c_int32), ("n_heads", c_int32),
+                ("n_kv_heads", c_int32), ("head_dim", c_int32), ("n_layers", c_int32), ("eps", c_float),
+                ("layers", POINTER(Layer)), ("final_norm", c_void_p), ("head", Weight), ("embed", c_void_p),
+                ("embed_type", c_int32), ("vocab", c_int32)]
+
+
+class Attention(ctypes.Structure):
+    _fields_ = [("row_slot", c_void_p), ("row_pos", c_void_p), ("key_len", c_void_p), ("cos", c_void_p),
+                ("sin", c_void_p), ("rope_index", c_void_p), ("k_cache", c_void_p), ("v_cache", c_void_p),
+                ("n_slots", c_int64), ("capacity", c_int64)]
+
+
+class Step(ctypes.Structure):
+    _fields_ = [("n_rows", c_int64), ("tokens", c_void_p), ("attn", Attention), ("n_taps", c_int32),
+                ("tap_layers", c_void_p), ("tap_out", c_void_p), ("n_out", c_int64), ("out_rows", c_void_p),
+                ("logits", c_void_p), ("final_hidden", c_void_p)]
+
+
+_SIGNATURES = {
+    "ss_version": (c_int32, []),
+    "ss_features": (c_int32, []),
+    "ss_set_threads": (None, [c_int32]),
+    "ss_get_threads": (c_int32, []),
+    "ss_set_spin_us": (None, [c_int32]),
+    "ss_packed_bytes": (c_int64, [c_int32, c_int64, c_int64]),
+    "ss_pack": (None, [c_int32, c_void_p, c_int32, c_int64, c_int64, c_void_p]),
+    "ss_linear": (None, [POINTER(Weight), c_void_p, c_int64, c_int64, c_void_p, c_int64, c_int32]),
+    "ss_rms_norm": (None, [c_void_p, c_void_p, c_void_p, c_int64, c_int64, c_float]),
+    "ss_layer_forward": (None, [POINTER(Model), c_int32, c_void_p, c_int64, c_void_p, c_int64, c_void_p,
+                                POINTER(Attention)]),
+    "ss_model_forward": (c_int32, [POINTER(Model), POINTER(Step)]),
+}
+ABI_VERSION = 1
+
+
+def bind(path: str) -> ctypes.CDLL:
+    lib = ctypes.CDLL(path)
+    for name, (restype, argtypes) in _SIGNATURES.items():
+        fn = getattr(lib, name)
+        fn.restype = restype
+        fn.argtypes = argtypes
+    return lib

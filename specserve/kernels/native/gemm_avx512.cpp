@@ -1,0 +1,140 @@
+// AVX-512 tiles of up to MR rows x NR blocks: float32, int8 (converted to float32 in registers, the
+// per-column scale applied at the end) and bf16 pairs (vdpbf16ps). Every accumulator runs over k in
+// order, so the tile shape never changes a result.
+#include <algorithm>
+#include <cstring>
+
+#include "gemm_internal.h"
+#include "pool.h"
+
+namespace ss {
+#ifdef SS_AVX512
+namespace {
+
+template <int R, int C>
+inline __attribute__((always_inline)) void finish_tile(__m512 (&acc)[MR][NR], const Epilogue& e, int64_t r0,
+                                                       int64_t block0) {
+#pragma GCC unroll 4
+    for (int c = 0; c < C; c++)
+#pragma GCC unroll 4
+        for (int r = 0; r < R; r++) acc[r][c] = scaled(e, acc[r][c], block0 + c);
+    if (e.mode == SS_OUT_SWIGLU) {
+#pragma GCC unroll 2
+        for (int c = 0; c + 1 < C; c += 2)
+#pragma GCC unroll 4
+            for (int r = 0; r < R; r++) store_gated(e, r0 + r, block0 + c, acc[r][c], acc[r][c + 1]);
+        return;
+    }
+#pragma GCC unroll 4
+    for (int c = 0; c < C; c++)
+#pragma GCC unroll 4
+        for (int r = 0; r < R; r++) store_block(e, r0 + r, block0 + c, acc[r][c]);
+}
+
+#define SS_ZERO_ACC()                        \
+    __m512 acc[MR][NR];                      \
+    _Pragma("GCC unroll 4") for (int r = 0; r < R; r++) \
+    _Pragma("GCC unroll 4") for (int c = 0; c < C; c++) acc[r][c] = _mm512_setzero_ps();
+
+template <int R, int C>
+void tile_f32(const void* xp, int64_t ldx, const uint8_t* wp, int64_t bb, int64_t k, const Epilogue& e, int64_t r0,
+              int64_t block0) {
+    const float* x = static_cast<const float*>(xp) + r0 * ldx;
+    const float* w = reinterpret_cast<const float*>(wp);
+    const int64_t bs = bb / 4;
+    SS_ZERO_ACC()
+    for (int64_t kk = 0; kk < k; kk++) {
+        __m512 wv[NR];
+#pragma GCC unroll 4
+        for (int c = 0; c < C; c++) wv[c] = _mm512_loadu_ps(w + c * bs + kk * NB);
+#pragma GCC unroll 4
+        for (int r = 0; r < R; r++) {
+            const __m512 xv = _mm512_set1_ps(x[r * ldx + kk]);
+#pragma GCC unroll 4
+            for (int c = 0; c < C; c++) acc[r][c] = _mm512_fmadd_ps(xv, wv[c], acc[r][c]);
+        }
+    }
+    finish_tile<R, C>(acc, e, r0, block0);
+}
+
+template <int R, int C>
+void tile_i8(const void* xp, int64_t ldx, const uint8_t* wp, int64_t bb, int64_t k, const Epilogue& e, int64_t r0,
+             int64_t block0) {
+    const float* x = static_cast<const float*>(xp) + r0 * ldx;
+    const int8_t* w = reinterpret_cast<const int8_t*>(wp);
+    SS_ZERO_ACC()
+    for (int64_t kk = 0; kk < k; kk++) {
+        __m512 wv[NR];
+#pragma GCC unroll 4
+        for (int c = 0; c < C; c++)
+            wv[c] = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(
+                _mm_loadu_si128(reinterpret_cast<const __m128i*>(w + c * bb + kk * NB))));
+#pragma GCC unroll 4
+        for (int r = 0; r < R; r++) {
+            const __m512 xv = _mm512_set1_ps(x[r * ldx + kk]);
+#pragma GCC unroll 4
+            for (int c = 0; c < C; c++) acc[r][c] = _mm512_fmadd_ps(xv, wv[c], acc[r][c]);
+        }
+    }
+    finish_tile<R, C>(acc, e, r0, block0);
+}
+
+#ifdef SS_AVX512BF16
+// x: bf16 rows with k padded; one step consumes a pair of k
+template <int R, int C>
+void tile_bf16(const void* xp, int64_t ldx, const uint8_t* wp, int64_t bb, int64_t k, const Epilogue& e, int64_t r0,
+               int64_t block0) {
+    const uint16_t* x = static_cast<const uint16_t*>(xp) + r0 * ldx;
+    const uint16_t* w = reinterpret_cast<const uint16_t*>(wp);
+    const int64_t bs = bb / 2, k2 = k_padded(SS_W_BF16, k) / 2;
+    SS_ZERO_ACC()
+    for (int64_t kk = 0; kk < k2; kk++) {
+        __m512bh wv[NR];
+#pragma GCC unroll 4
+        for (int c = 0; c < C; c++) wv[c] = (__m512bh)_mm512_loadu_si512(w + c * bs + kk * 2 * NB);
+#pragma GCC unroll 4
+        for (int r = 0; r < R; r++) {
+            int32_t pair;
+            std::memcpy(&pair, x + r * ldx + 2 * kk, 4);
+            const __m512bh xv = (__m512bh)_mm512_set1_epi32(pair);
+#pragma GCC unroll 4
+            for (int c = 0; c < C; c++) acc[r][c] = _mm512_dpbf16_ps(acc[r][c], xv, wv[c]);
+        }
+    }
+    finish_tile<R, C>(acc, e, r0, block0);
+}
+#endif
+
+typedef void (*TileFn)(const void*, int64_t, const uint8_t*, int64_t, int64_t, const Epilogue&, int64_t, int64_t);
+
+#define SS_TILE_ROW(T, r) {T<r, 1>, T<r, 2>, T<r, 3>, T<r, 4>}
+#define SS_TILE_TABLE(T) {SS_TILE_ROW(T, 1), SS_TILE_ROW(T, 2), SS_TILE_ROW(T, 3), SS_TILE_ROW(T, 4)}
+const TileFn kTilesF32[MR][NR] = SS_TILE_TABLE(tile_f32);
+const TileFn kTilesI8[MR][NR] = SS_TILE_TABLE(tile_i8);
+#ifdef SS_AVX512BF16
+const TileFn kTilesBF16[MR][NR] = SS_TILE_TABLE(tile_bf16);
+#endif
+
+}  // namespace
+
+void gemm_avx512(const ss_weight& w, const void* x, int64_t m, int64_t ldx, const Epilogue& e) {
+    const TileFn(*tiles)[NR] = w.type == SS_W_F32 ? kTilesF32 : kTilesI8;
+#ifdef SS_AVX512BF16
+    if (w.type == SS_W_BF16) tiles = kTilesBF16;
+#endif
+    const int64_t n_blocks = (w.n + NB - 1) / NB, bb = block_bytes(w.type, w.k);
+    const int64_t n_tiles = (n_blocks + NR - 1) / NR, m_chunks = (m + M_CHUNK - 1) / M_CHUNK;
+    const auto* base = static_cast<const uint8_t*>(w.data);
+    parallel_for(n_tiles * m_chunks, [&](int64_t task) {
+        const int64_t tile = task % n_tiles, chunk = task / n_tiles;
+        const int64_t block0 = tile * NR;
+        const int c = (int)std::min<int64_t>(NR, n_blocks - block0);
+        const int64_t r_end = std::min(m, (chunk + 1) * M_CHUNK);
+        for (int64_t r0 = chunk * M_CHUNK; r0 < r_end; r0 += MR) {
+            const int r = (int)std::min<int64_t>(MR, r_end - r0);
+            tiles[r - 1][c - 1](x, ldx, base + block0 * bb, bb, w.k, e, r0, block0);
+        }
+    });
+}
+#endif
+}  // namespace ss

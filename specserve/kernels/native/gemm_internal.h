@@ -1,0 +1,70 @@
+// What the matrix-multiply files share: the packed layout's constants and the epilogue that turns
+// a finished block of 16 accumulated columns into output (scale, bias, store / add / gated product).
+#pragma once
+#include <cstdint>
+
+#include "kernels.h"
+#include "simd.h"
+
+namespace ss {
+
+constexpr int64_t NB = 16;        // columns per packed block
+constexpr int NR = 4;             // blocks per tile
+constexpr int MR = 4;             // rows per AVX-512 tile
+constexpr int64_t M_CHUNK = 64;   // rows per task
+constexpr int64_t BF16_K_ALIGN = 32;   // bf16 k is padded to whole AMX tiles (32 values)
+
+inline int64_t k_padded(int type, int64_t k) {
+    return type == SS_W_BF16 ? (k + BF16_K_ALIGN - 1) / BF16_K_ALIGN * BF16_K_ALIGN : k;
+}
+inline int64_t elem_bytes(int type) { return type == SS_W_F32 ? 4 : type == SS_W_BF16 ? 2 : 1; }
+inline int64_t block_bytes(int type, int64_t k) { return NB * k_padded(type, k) * elem_bytes(type); }
+
+struct Epilogue {
+    float* out;
+    int64_t ldo;
+    int mode;
+    int64_t n;               // valid columns of the weight
+    const float* scales;     // padded to whole blocks
+    const float* bias;       // padded to whole blocks
+    int act;
+};
+
+#ifdef SS_AVX512
+inline __m512 scaled(const Epilogue& e, __m512 v, int64_t block) {
+    if (e.scales) v = _mm512_mul_ps(v, _mm512_loadu_ps(e.scales + block * NB));
+    if (e.bias) v = _mm512_add_ps(v, _mm512_loadu_ps(e.bias + block * NB));
+    return v;
+}
+
+// STORE / ADD of one row's block (columns past n are left alone)
+inline void store_block(const Epilogue& e, int64_t row, int64_t block, __m512 v) {
+    const int64_t col = block * NB;
+    const __mmask16 mask = tail_mask(e.n - col);
+    float* dst = e.out + row * e.ldo + col;
+    if (e.mode == SS_OUT_ADD) v = _mm512_add_ps(_mm512_maskz_loadu_ps(mask, dst), v);
+    _mm512_mask_storeu_ps(dst, mask, v);
+}
+
+// SWIGLU: gate block 2j and up block 2j+1 give output columns 16j .. 16j+15
+inline void store_gated(const Epilogue& e, int64_t row, int64_t gate_block, __m512 gate, __m512 up) {
+    float* dst = e.out + row * e.ldo + (gate_block / 2) * NB;
+    if (e.act == ACT_SILU) {
+        _mm512_storeu_ps(dst, _mm512_mul_ps(silu512(gate), up));
+        return;
+    }
+    alignas(64) float g[NB], u[NB];
+    _mm512_store_ps(g, gate);
+    _mm512_store_ps(u, up);
+    for (int l = 0; l < NB; l++) dst[l] = activation(g[l], e.act) * u[l];
+}
+#endif
+
+// the kernels of each instruction set; x is float32 rows, or bf16 rows (k padded) for BF16 weights
+void gemm_portable(const ss_weight& w, const float* x, int64_t m, int64_t ldx, const Epilogue& e);
+void gemm_avx512(const ss_weight& w, const void* x, int64_t m, int64_t ldx, const Epilogue& e);
+bool amx_usable();
+void gemm_amx(const ss_weight& w, const uint16_t* x, int64_t m, int64_t ldx, const Epilogue& e);
+bool amx_matches_avx512();
+
+}  // namespace ss

@@ -1,0 +1,94 @@
+// The C interface of the kernel library (called from Python through ctypes) and the structs
+// shared between its files. Weights are packed once at load time into 16-column blocks.
+#pragma once
+#include <cstdint>
+
+extern "C" {
+
+enum { SS_W_F32 = 0, SS_W_BF16 = 1, SS_W_I8 = 2 };
+enum { SS_OUT_STORE = 0, SS_OUT_ADD = 1, SS_OUT_SWIGLU = 2 };
+
+// A packed weight W [n, k] (y = x W^T + bias). Layout per 16-column block:
+//   F32  [k][16] float;  BF16 [k_padded/2][16][2] bf16;  I8 [k][16] int8 with scales[n] per column.
+// For SS_OUT_SWIGLU the blocks alternate gate block j, up block j (n = 2 * width).
+struct ss_weight {
+    const void* data;
+    const float* scales;      // I8 only
+    const float* bias;        // nullable, [n]
+    int32_t type;
+    int32_t n;
+    int32_t k;
+    int32_t act;              // activation for SS_OUT_SWIGLU
+};
+
+struct ss_layer {
+    ss_weight qkv, o, gate_up, down;
+    const float* input_norm;  // [hidden]
+    const float* post_norm;   // [hidden]
+    const float* q_norm;      // [head_dim] or null
+    const float* k_norm;      // [head_dim] or null
+};
+
+struct ss_model {
+    int32_t hidden, intermediate_padded, n_heads, n_kv_heads, head_dim, n_layers;
+    float eps;
+    const ss_layer* layers;
+    const float* final_norm;  // [hidden]
+    ss_weight head;           // lm_head (vocab rows)
+    const void* embed;        // [vocab, hidden] f32 or bf16 (embed_type as ss_weight type)
+    int32_t embed_type;
+    int32_t vocab;
+};
+
+// Attention context of one forward: every row has a slot, a position and the number of keys it sees.
+struct ss_attn {
+    const int64_t* row_slot;
+    const int64_t* row_pos;
+    const int64_t* key_len;   // keys [0, key_len) of the row's slot
+    const float* cos;         // rope tables [*, head_dim], row r uses rope_index[r]
+    const float* sin;
+    const int64_t* rope_index;
+    float* k_cache;           // [layers, slots, kv_heads, capacity, head_dim] float32
+    float* v_cache;
+    int64_t n_slots, capacity;
+};
+
+struct ss_step {
+    int64_t n_rows;
+    const int64_t* tokens;    // [n_rows]
+    ss_attn attn;
+    int32_t n_taps;
+    const int32_t* tap_layers;    // -1 = embedding output
+    float* const* tap_out;        // each [n_rows, hidden]
+    int64_t n_out;
+    const int64_t* out_rows;
+    float* logits;                // [n_out, vocab] or null
+    float* final_hidden;          // [n_rows, hidden] or null
+};
+
+int32_t ss_version(void);
+int32_t ss_features(void);        // bits: 1 AVX-512, 2 AVX-512 BF16, 4 AMX, 8 AMX equals AVX-512 BF16
+void ss_set_threads(int32_t n);
+int32_t ss_get_threads(void);
+void ss_set_spin_us(int32_t us);
+int64_t ss_packed_bytes(int32_t type, int64_t n, int64_t k);
+// src: [n, k] row-major, f32 (src_bf16 = 0) or bf16 (1) for F32/BF16; int8 for I8
+void ss_pack(int32_t type, const void* src, int32_t src_bf16, int64_t n, int64_t k, void* dst);
+void ss_linear(const ss_weight* w, const float* x, int64_t m, int64_t ldx, float* out, int64_t ldo, int32_t mode);
+void ss_rms_norm(const float* x, const float* weight, float* out, int64_t m, int64_t dim, float eps);
+// one decoder layer over n_rows query rows (residual x, updated in place); when prefix_rows > 0 the
+// first prefix_rows rows of the attention context only write keys and values, from `prefix_input`
+// ([prefix_rows, qkv.k], already normed); `input` (nullable, [n_rows, qkv.k]) replaces rms_norm(x).
+void ss_layer_forward(const ss_model* m, int32_t layer, float* x, int64_t n_rows, const float* input,
+                      int64_t prefix_rows, const float* prefix_input, const ss_attn* attn);
+int32_t ss_model_forward(const ss_model* m, const ss_step* step);
+}
+
+namespace ss {
+// internal entry points shared between files
+void gemm(const ss_weight& w, const float* x, int64_t m, int64_t ldx, float* out, int64_t ldo, int mode);
+void attention_layer(const ss_model& m, int layer, float* qkv, int64_t ld_qkv, int64_t n_rows, int64_t prefix_rows,
+                     const ss_attn& attn, float* ctx);
+void rms_norm_rows(const float* x, int64_t ldx, const float* weight, float* out, int64_t ldo, int64_t m,
+                   int64_t dim, float eps);
+}

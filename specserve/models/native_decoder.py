@@ -1,0 +1,165 @@
+"""The serving forward on the native kernels: packed weights of a decoder-layer stack and one
+C call per step (specserve/kernels/native/decoder.cpp).
+
+It computes what `transformer.decoder_layer_step` computes, with a float32 residual stream and
+every row's result independent of the rest of the batch; the PyTorch path stays the reference
+(tests/test_native_kernels.py compares the two).
+"""
+from __future__ import annotations
+
+import ctypes
+
+import torch
+import torch.nn.functional as F
+
+from ..kernels import capi, library
+from ..kernels.packed import PackedLinear, gated_mlp_bias, gated_mlp_weight
+from .config import ModelConfig
+from .kv_cache import KVCache
+from .rope import RotaryEmbedding
+from .step_batch import StepBatch
+
+
+def _cat_bias(*linears) -> torch.Tensor | None:
+    if linears[0].bias is None:
+        return None
+    return torch.cat([lin.bias.detach().float() for lin in linears])
+
+
+def _f32(t: torch.Tensor | None) -> torch.Tensor | None:
+    return None if t is None else t.detach().float().contiguous()
+
+
+def _ptr(t: torch.Tensor | None):
+    return None if t is None else t.data_ptr()
+
+
+class NativeLayers:
+    """Decoder layers (Hugging Face module names) packed for the kernels, and the C model struct.
+
+    `quant` ("int8" or None) applies to every linear layer. The struct's embedding, final norm and
+    head stay empty unless `set_io` fills them (draft heads run single layers only).
+    """
+
+    def __init__(self, layers, cfg: ModelConfig, quant: str | None = None):
+        self.cfg = cfg
+        self.keep: list = []           # everything the C structs point into
+        self.layers = (capi.Layer * len(layers))()
+        inter_padded = None
+        for i, layer in enumerate(layers):
+            attn, mlp = layer.self_attn, layer.mlp
+            qkv = PackedLinear(torch.cat([attn.q_proj.weight, attn.k_proj.weight, attn.v_proj.weight]),
+                               _cat_bias(attn.q_proj, attn.k_proj, attn.v_proj), quant)
+            o = PackedLinear(attn.o_proj.weight, attn.o_proj.bias, quant)
+            gate_up, inter_padded = gated_mlp_weight(mlp.gate_proj.weight.detach(), mlp.up_proj.weight.detach())
+            gate_up = PackedLinear(gate_up, gated_mlp_bias(mlp.gate_proj.bias, mlp.up_proj.bias, inter_padded),
+                                   quant, act=cfg.hidden_act)
+            down_w = mlp.down_proj.weight.detach()
+            down = PackedLinear(F.pad(down_w, (0, inter_padded - down_w.shape[1])), mlp.down_proj.bias, quant)
+            norms = [_f32(layer.input_layernorm.weight), _f32(layer.post_attention_layernorm.weight),
+                     _f32(attn.q_norm.weight) if cfg.qk_norm else None,
+                     _f32(attn.k_norm.weight) if cfg.qk_norm else None]
+            self.keep += [qkv, o, gate_up, down, *norms]
+            self.layers[i] = capi.Layer(qkv.struct, o.struct, gate_up.struct, down.struct, *map(_ptr, norms))
+        self.model = capi.Model(cfg.hidden_size, inter_padded or 0, cfg.num_attention_heads, cfg.num_key_value_heads,
+                                cfg.head_dim, len(layers), cfg.rms_norm_eps,
+                                ctypes.cast(self.layers, ctypes.POINTER(capi.Layer)))
+        self.model_ref = ctypes.byref(self.model)
+
+    def set_io(self, embed: torch.Tensor, final_norm: torch.Tensor, head_weight: torch.Tensor,
+               quant: str | None = None) -> None:
+        embed = embed.detach().contiguous()
+        if embed.dtype not in (torch.float32, torch.bfloat16):
+            embed = embed.float()
+        head = PackedLinear(head_weight, None, quant)
+        final_norm = _f32(final_norm)
+        self.keep += [embed, head, final_norm]
+        self.head = head
+        self.model.embed = embed.data_ptr()
+        self.model.embed_type = capi.W_BF16 if embed.dtype == torch.bfloat16 else capi.W_F32
+        self.model.final_norm = final_norm.data_ptr()
+        self.model.head = head.struct
+        self.model.vocab = head_weight.shape[0]
+
+    @property
+    def nbytes(self) -> int:
+        return sum(p.nbytes for p in self.keep if isinstance(p, PackedLinear))
+
+    def layer(self, index: int, x: torch.Tensor, attn: capi.Attention, input: torch.Tensor | None = None,
+              prefix_input: torch.Tensor | None = None) -> None:
+        """Layer `index` over the rows of the float32 residual x [n, hidden] (updated in place).
+
+        `input` [n, k] replaces rms_norm(x) as the q/k/v input; `prefix_input` [p, k] adds p rows
+        before them that only write keys and values (attn describes all p + n rows, prefix first).
+        """
+        prefix = 0 if prefix_input is None else prefix_input.shape[0]
+        library().ss_layer_forward(self.model_ref, index, x.data_ptr(), x.shape[0], _ptr(input), prefix,
+                                   _ptr(prefix_input), ctypes.byref(attn))
+
+
+def attention_rows(rope: RotaryEmbedding, row_slots: torch.Tensor, positions: torch.Tensor, key_len: torch.Tensor,
+                   cache: KVCache, keep: list, rope_rows: tuple[torch.Tensor, torch.Tensor] | None = None,
+                   ) -> capi.Attention:
+    """The kernels' view of rows: slot, position, visible keys [0, key_len) and RoPE rows, over `cache`.
+
+    rope_rows: per-row (cos, sin) when the table cannot be indexed by position (dynamic NTK scaling).
+    Every tensor the struct points into is appended to `keep`, which must outlive the call.
+    """
+    if rope_rows is None:
+        cos, sin, rope_index = rope.cos, rope.sin, positions
+    else:
+        (cos, sin), rope_index = rope_rows, torch.arange(positions.shape[0], dtype=torch.int64)
+    keep += [row_slots, positions, key_len, cos, sin, rope_index]
+    return capi.Attention(row_slots.data_ptr(), positions.data_ptr(), key_len.data_ptr(), cos.data_ptr(),
+                          sin.data_ptr(), rope_index.data_ptr(), cache.k.data_ptr(), cache.v.data_ptr(),
+                          cache.n_slots, cache.capacity)
+
+
+def causal_attention(rope: RotaryEmbedding, batch: StepBatch, cache: KVCache, keep: list) -> capi.Attention:
+    """Causal attention for a StepBatch: each row sees its slot's keys up to its own position."""
+    rope_rows = None
+    if rope.rope_type == "dynamic":       # frequencies depend on each slot's length: gather per segment
+        from .transformer import rope_tables
+        rope_rows = rope_tables(rope, batch)
+    return attention_rows(rope, batch.row_slots, batch.positions, batch.positions + 1, cache, keep, rope_rows)
+
+
+def commit_lengths(batch: StepBatch, cache: KVCache) -> None:
+    for seg in batch.segments:
+        cache.lengths[seg.slot] = seg.pos0 + seg.n_rows
+
+
+class NativeDecoder:
+    """A CausalLM's serving forward on the native kernels."""
+
+    def __init__(self, model, quant: str | None = None):
+        cfg = model.config
+        self.model = model
+        self.stack = NativeLayers(model.model.layers, cfg, quant)
+        self.stack.set_io(model.model.embed_tokens.weight, model.model.norm.weight, model.lm_head_weight, quant)
+        self.hidden = cfg.hidden_size
+        self.vocab = cfg.vocab_size
+        self.lib = library()
+
+    @property
+    def head(self) -> PackedLinear:
+        return self.stack.head
+
+    def forward_step(self, batch: StepBatch, cache: KVCache, taps=(), want_final_hidden: bool = False):
+        """ForwardOutput with float32 logits, taps and final hidden state."""
+        from .transformer import ForwardOutput
+        n, hidden = batch.n_tokens, self.hidden
+        keep: list = []
+        attn = causal_attention(self.model.rope, batch, cache, keep)
+        n_out = int(batch.output_rows.shape[0])
+        logits = torch.empty(n_out, self.vocab, dtype=torch.float32) if n_out else None
+        final = torch.empty(n, hidden, dtype=torch.float32) if want_final_hidden else None
+        tap_layers = sorted(taps)
+        tap_out = [torch.empty(n, hidden, dtype=torch.float32) for _ in tap_layers]
+        tap_ids = (ctypes.c_int32 * len(tap_layers))(*tap_layers)
+        tap_ptrs = (ctypes.c_void_p * len(tap_layers))(*[t.data_ptr() for t in tap_out])
+        step = capi.Step(n, batch.tokens.data_ptr(), attn, len(tap_layers), ctypes.addressof(tap_ids),
+                         ctypes.addressof(tap_ptrs), n_out, batch.output_rows.data_ptr(), _ptr(logits), _ptr(final))
+        self.lib.ss_model_forward(self.stack.model_ref, ctypes.byref(step))
+        commit_lengths(batch, cache)
+        return ForwardOutput(logits, dict(zip(tap_layers, tap_out)), final)

@@ -1,0 +1,175 @@
+"""The native CPU kernels: packed linear layers against F.linear, every row bit-identical whatever the
+batch and thread count, the fused decoder forward against the PyTorch one, and clear failures."""
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from specserve import kernels
+from specserve.kernels import capi
+from specserve.kernels.packed import PackedLinear, gated_mlp_bias, gated_mlp_weight, quantize_int8
+from specserve.kernels.threads import default_threads
+from specserve.models.step_batch import StepBatch
+from specserve.models.transformer import CausalLM
+
+pytestmark = pytest.mark.skipif(kernels.requested() == "torch", reason="SPECSERVE_KERNELS=torch")
+
+WEIGHT_CASES = [(torch.float32, None), (torch.bfloat16, None), (torch.float32, "int8")]
+
+
+def _weights(n, k, dtype, seed=0):
+    gen = torch.Generator().manual_seed(seed)
+    return (torch.randn(n, k, generator=gen) * 0.1).to(dtype), torch.randn(n, generator=gen) * 0.1
+
+
+def _reference(x, weight, bias, quant):
+    """float64 x W^T + b with the kernel's input rounding: bf16 rows for bf16 weights, q*scale for int8."""
+    if quant == "int8":
+        q, scale = quantize_int8(weight)
+        w = q.double() * scale.double().unsqueeze(1)
+    else:
+        w = weight.double()
+    if weight.dtype == torch.bfloat16 and kernels.has_bf16_dot():
+        x = x.bfloat16()
+    return F.linear(x.double(), w, None if bias is None else bias.double())
+
+
+@pytest.mark.parametrize("dtype,quant", WEIGHT_CASES)
+@pytest.mark.parametrize("n,k", [(37, 45), (64, 256), (300, 200), (16, 1)])
+def test_packed_linear_matches_reference(dtype, quant, n, k):
+    weight, bias = _weights(n, k, dtype)
+    x = torch.randn(7, k)
+    got = PackedLinear(weight, bias, quant)(x)
+    torch.testing.assert_close(got.double(), _reference(x, weight, bias, quant), atol=2e-5, rtol=2e-5)
+
+
+@pytest.mark.parametrize("dtype,quant", WEIGHT_CASES)
+def test_rows_are_bit_identical_in_any_batch_and_thread_count(dtype, quant):
+    weight, bias = _weights(200, 96, dtype)
+    packed = PackedLinear(weight, bias, quant)
+    x = torch.randn(100, 96)
+    previous = kernels.library().ss_get_threads()
+    try:
+        kernels.library().ss_set_threads(1)
+        alone = torch.cat([packed(x[i:i + 1]) for i in range(x.shape[0])])
+        for threads in (1, 2):
+            kernels.library().ss_set_threads(threads)
+            for rows in (2, 3, 5, 16, 17, 33, 64, 100):
+                assert torch.equal(packed(x[:rows]), alone[:rows]), (threads, rows)
+    finally:
+        kernels.library().ss_set_threads(previous)
+
+
+def test_add_mode_accumulates_into_the_output():
+    weight, bias = _weights(40, 24, torch.float32)
+    packed, x = PackedLinear(weight, bias), torch.randn(3, 24)
+    residual = torch.randn(3, 40)
+    out = residual.clone()
+    packed(x, out=out, mode=capi.OUT_ADD)
+    torch.testing.assert_close(out, residual + F.linear(x, weight, bias), atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("act,fn", [("silu", F.silu), ("gelu", F.gelu),
+                                    ("gelu_pytorch_tanh", lambda t: F.gelu(t, approximate="tanh"))])
+def test_gated_mlp_epilogue(act, fn):
+    gen = torch.Generator().manual_seed(3)
+    gate, up = torch.randn(40, 32, generator=gen) * 0.3, torch.randn(40, 32, generator=gen) * 0.3
+    gate_b, up_b = torch.randn(40, generator=gen), torch.randn(40, generator=gen)
+    weight, padded = gated_mlp_weight(gate, up)
+    assert padded == 48
+    packed = PackedLinear(weight, gated_mlp_bias(gate_b, up_b, padded), act=act)
+    x = torch.randn(5, 32)
+    out = packed(x, mode=capi.OUT_SWIGLU)
+    expected = fn(F.linear(x, gate, gate_b)) * F.linear(x, up, up_b)
+    torch.testing.assert_close(out[:, :40], expected, atol=2e-5, rtol=2e-5)
+    assert torch.equal(out[:, 40:], torch.zeros(5, 8))
+
+
+def test_int8_quantization_error_is_small():
+    weight, _ = _weights(64, 128, torch.float32)
+    q, scale = quantize_int8(weight)
+    assert q.dtype == torch.int8 and q.abs().max() <= 127
+    assert (q.float() * scale.unsqueeze(1) - weight).abs().max() <= scale.max() / 2 + 1e-7
+
+
+@pytest.fixture(scope="module")
+def qwen3_pair(tiny_qwen3):
+    """The same checkpoint served by the native kernels and by PyTorch operations."""
+    native = CausalLM.from_pretrained(tiny_qwen3)
+    native_cache = native.new_cache(4, 256)
+    assert native.native is not None
+    kernels.configure(kernels="torch")
+    try:
+        reference = CausalLM.from_pretrained(tiny_qwen3)
+        reference_cache = reference.new_cache(4, 256)
+    finally:
+        kernels.configure(kernels="auto")
+    assert reference.native is None
+    return native, native_cache, reference, reference_cache
+
+
+def test_native_forward_matches_pytorch(qwen3_pair):
+    native, native_cache, reference, reference_cache = qwen3_pair
+    prompt = torch.arange(3, 40)
+    steps = [StepBatch.build([(0, prompt, 0), (2, prompt[:9], 0)], list(range(46))),
+             StepBatch.build([(0, [5, 6, 7], 37), (2, [8], 9)], [0, 1, 2, 3])]
+    for batch in steps:
+        ours = native.forward_step(batch, native_cache, taps=(-1, 0, 1), want_final_hidden=True)
+        ref = reference.forward_step(batch, reference_cache, taps=(-1, 0, 1), want_final_hidden=True)
+        torch.testing.assert_close(ours.logits, ref.logits, atol=1e-4, rtol=1e-4)
+        torch.testing.assert_close(ours.final_hidden, ref.final_hidden.float(), atol=1e-4, rtol=1e-4)
+        for layer in (-1, 0, 1):
+            torch.testing.assert_close(ours.taps[layer], ref.taps[layer].float(), atol=1e-4, rtol=1e-4)
+    assert native_cache.lengths[:3] == [40, 0, 10]
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_native_forward_rows_are_batch_invariant(tiny_qwen3_bf16, threads):
+    """A slot's logits are bit-identical alone and beside other slots' decode rows, drafts and prompt chunks."""
+    model = CausalLM.from_pretrained(tiny_qwen3_bf16)
+    previous = kernels.library().ss_get_threads()
+    kernels.library().ss_set_threads(threads)
+    try:
+        alone_cache, mixed_cache = model.new_cache(5, 256), model.new_cache(5, 256)
+        prompt = torch.arange(10, 60)
+        for cache in (alone_cache, mixed_cache):
+            model.forward_step(StepBatch.build([(s, prompt, 0) for s in range(4)], [0]), cache)
+        alone = model.forward_step(StepBatch.build([(1, [7, 8, 9], 50)], [0, 1, 2]), alone_cache)
+        mixed = model.forward_step(StepBatch.build(
+            [(0, [3], 50), (1, [7, 8, 9], 50), (2, list(range(20)), 50), (4, list(range(33)), 0)],
+            [1, 2, 3]), mixed_cache)
+        assert torch.equal(alone.logits, mixed.logits)
+    finally:
+        kernels.library().ss_set_threads(previous)
+
+
+def test_default_threads_are_physical_cores():
+    assert 1 <= default_threads() <= len(os.sched_getaffinity(0))
+
+
+def _kernel_mode_in_subprocess(tmp_path, **env):
+    code = "from specserve import kernels; print(kernels.mode())"
+    full_env = dict(os.environ, SPECSERVE_CACHE=str(tmp_path / "cache"), CXX="false", **env)
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=full_env)
+
+
+def test_a_failed_build_falls_back_to_pytorch_with_a_warning(tmp_path):
+    result = _kernel_mode_in_subprocess(tmp_path, SPECSERVE_KERNELS="auto")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "torch"
+    assert "native kernels unavailable" in result.stderr and "compiling the native kernels" in result.stderr
+
+
+def test_requiring_native_kernels_that_cannot_build_is_an_error(tmp_path):
+    result = _kernel_mode_in_subprocess(tmp_path, SPECSERVE_KERNELS="native")
+    assert result.returncode != 0
+    assert "the native kernels are unavailable" in result.stderr
+
+
+def test_unknown_kernel_mode_is_an_option_error():
+    from specserve.errors import OptionError
+    with pytest.raises(OptionError, match="--kernels must be one of auto, native, torch"):
+        kernels.configure(kernels="fast")
