@@ -7,10 +7,11 @@ from pathlib import Path
 
 import torch
 
-from . import kernels
+from .kernels import configure as configure_kernels
 from .engine.engine import Engine
 from .engine.request import Request, RequestOutput
 from .errors import InvalidRequestError, OptionError
+from .kernels.packed import check_quant
 from .models.tokenizer import Tokenizer
 from .models.transformer import CausalLM
 from .options import default_spec_options
@@ -26,9 +27,14 @@ BUNDLED_MODEL = BUNDLED_DIR / "stdlib-coder"
 
 def load_engine(model: str | Path | None = None, draft_model: str | Path | None = None,
                 spec_type: str | list[str] | None = "none", n_parallel: int = 1, ctx_size: int = 0,
-                n_batch: int = 512, dtype: str = "auto", threads: int = 0, **spec_options):
-    """(engine, tokenizer) for a model folder, with the requested speculative types."""
-    kernels.set_threads(threads)
+                n_batch: int = 512, dtype: str = "auto", threads: int = 0, kernels: str | None = None,
+                quant: str | None = None, **spec_options):
+    """(engine, tokenizer) for a model folder, with the requested speculative types.
+
+    kernels: auto / native / torch (None keeps the process setting, SPECSERVE_KERNELS by default);
+    quant: None or "int8", the target's weight quantization on the native kernels.
+    """
+    configure_kernels(kernels, threads)
     model_dir = Path(model) if model else BUNDLED_MODEL
     options = default_spec_options()
     unknown = sorted(set(spec_options) - set(options))
@@ -39,6 +45,8 @@ def load_engine(model: str | Path | None = None, draft_model: str | Path | None 
         options["spec_draft_model"] = str(draft_model)
     types = resolve_spec_types(spec_type, bool(options.get("spec_default")))
     target = CausalLM.from_pretrained(model_dir, dtype=dtype)
+    target.quant = check_quant(quant)
+    target.prepare_native()
     # a folder without tokenizer.json still serves token-id prompts
     tokenizer = Tokenizer(model_dir) if (model_dir / "tokenizer.json").is_file() else None
     ctx = ctx_size or target.config.max_position_embeddings
@@ -84,8 +92,9 @@ class LLM:
             self.engine.validate(r)
         for r in requests:
             self.engine.add_request(r)
-        while not all(r.finished for r in requests):
-            self.engine.step()
+        with torch.inference_mode():
+            while not all(r.finished for r in requests):
+                self.engine.step()
         return [r.snapshot() for r in requests]
 
     def score(self, token_ids: list[int]) -> torch.Tensor:

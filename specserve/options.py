@@ -27,7 +27,15 @@ MODEL_OPTIONS = [
     Option(("--dtype",), "dtype", str, "auto",
            "dtype of weights and linear layers: auto (the checkpoint's; float16 runs as float32), float32, "
            "bfloat16 or float16; attention and the KV cache are always float32"),
-    Option(("-t", "--threads"), "threads", int, 0, "CPU threads (0 = PyTorch's default)", env="LLAMA_ARG_THREADS"),
+    Option(("-t", "--threads"), "threads", int, 0,
+           "CPU threads for the compute kernels (0 = the physical cores this process may run on)",
+           env="LLAMA_ARG_THREADS"),
+    Option(("--kernels",), "kernels", str, "auto",
+           "compute kernels: auto (native on the CPU when they build, else PyTorch), native (the C++ kernels, "
+           "compiled once per machine) or torch (PyTorch operations)", env="SPECSERVE_KERNELS"),
+    Option(("--quant",), "quant", str, "none",
+           "weight quantization of the target: none or int8 (weight-only, one scale per output row; native "
+           "kernels only). The quantized model is the one served: speculation stays lossless against it"),
 ]
 
 SAMPLING_OPTIONS = [
@@ -53,6 +61,9 @@ SAMPLING_OPTIONS = [
 ]
 
 SPEC_OPTIONS = [
+    Option(("--quant-draft",), "quant_draft", str, "none",
+           "weight quantization of the draft model or head: none or int8 (native kernels only); drafts are "
+           "verified by the target, so output does not change"),
     Option(("--spec-type",), "spec_type", str, "none",
            "comma-separated speculative types (see the README for the list); 'none' disables"),
     Option(("--spec-default",), "spec_default", bool, False,

@@ -5,6 +5,8 @@ driver and verifier under test are exactly the production ones.
 """
 from __future__ import annotations
 
+import time
+
 import numpy as np
 import torch
 
@@ -84,6 +86,37 @@ class FaultyForTrigger(Proposer):
 
     def draft(self, requests):
         return {req.slot: Draft([5], q_probs=torch.zeros(1, 3)) for req in requests if req.slot in self.flagged}
+
+    def max_draft(self):
+        return 1
+
+
+class SlowForTrigger(Proposer):
+    """Spends `delay` seconds in every step that runs a request whose prompt holds `trigger` (and never
+    drafts), so that request takes seconds however fast the machine is: for timeout and abort tests."""
+    name = "test-slow"
+    trigger = 318
+    delay = 0.002
+
+    def __init__(self, ctx):
+        super().__init__(ctx)
+        self.flagged: set[int] = set()
+
+    def begin(self, slot, prompt):
+        if self.trigger in prompt:
+            self.flagged.add(slot)
+        else:
+            self.flagged.discard(slot)
+
+    def release(self, slot):
+        self.flagged.discard(slot)
+
+    def process(self, batch):
+        if any(seg.slot in self.flagged for seg in batch.step.segments):
+            time.sleep(self.delay)
+
+    def draft(self, requests):
+        return {}
 
     def max_draft(self):
         return 1

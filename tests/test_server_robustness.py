@@ -11,9 +11,10 @@ from helpers import write_model
 from server_process import ServerProcess, metric_values
 
 KEY = "sekret-key"
-CTX = 16384          # long enough that an unbounded request runs for seconds
+CTX = 16384
 TIMEOUT_S = 4
-LONG_PROMPT = [5, 9, 12, 5, 9, 12, 40, 41, 42]
+# holds test-slow's trigger: an unbounded request on it runs for about a minute, on any machine
+LONG_PROMPT = [5, 9, 12, 5, 9, 12, 40, 41, 318, 42]
 FAULTY_PROMPT = [319, 5, 6]          # the test-faulty proposer breaks verification for this request
 
 
@@ -22,7 +23,7 @@ def server(tmp_path_factory):
     model = write_model(tmp_path_factory.mktemp("long_ctx_model"), "qwen3", seed=1, std=0.25,
                         max_position_embeddings=CTX)
     proc = ServerProcess(model, tmp_path_factory.mktemp("robust") / "server.log", "-np", "2", "-c", str(CTX),
-                         "--metrics", "--timeout", str(TIMEOUT_S), "--spec-type", "ngram-simple,test-faulty",
+                         "--metrics", "--timeout", str(TIMEOUT_S), "--spec-type", "ngram-simple,test-faulty,test-slow",
                          "--spec-ngram-simple-size-n", "1", "--spec-ngram-simple-size-m", "4",
                          test_proposers=True, api_key=KEY).ready()
     yield proc

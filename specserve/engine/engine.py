@@ -46,6 +46,7 @@ class Engine:
         self.n_batch = max(1, n_batch)
         self.n_parallel = n_parallel
         self.cache = target.new_cache(n_parallel, self.ctx_size)
+        self.device = target.device
         self.driver = driver
         self.slots: list[Request | None] = [None] * n_parallel
         self.waiting: collections.deque[Request] = collections.deque()
@@ -112,6 +113,8 @@ class Engine:
                 req.generator, req.seed = make_generator(req.params.seed)
                 req.detok = IncrementalDetokenizer(self.tokenizer) if self.tokenizer else None
                 req.stopper = StopChecker(req.params.stop)
+                # nobody reads the text before the end: decode it once then, not token by token
+                req.lazy_text = req.on_update is None and not req.params.stop
                 if req.params.logprobs is not None:
                     req.logprobs = []
                 self.cache.clear(slot)
@@ -137,8 +140,11 @@ class Engine:
         if not active:
             return False
         try:
-            with torch.inference_mode():
+            if torch.is_inference_mode_enabled():     # the server's engine thread stays in inference mode
                 self._run(active)
+            else:
+                with torch.inference_mode():
+                    self._run(active)
         except Exception as exc:   # one bad step must not take the engine down
             log.exception("step failed")
             for r in active:
@@ -194,7 +200,7 @@ class Engine:
             chunk_end[r.slot] = end
             budget -= len(ids)
 
-        batch = StepBatch.build(rows, outputs, device=self.target.device)
+        batch = StepBatch.build(rows, outputs, device=self.device)
         driver = self.driver
         out = self.target.forward_step(batch, self.cache, taps=driver.taps if driver else (),
                                        want_final_hidden=bool(driver and driver.needs_final_hidden))
@@ -202,7 +208,9 @@ class Engine:
             driver.process(TargetBatch(batch, out, {r.slot: r.state == State.PREFILL for r in active}))
         logits = out.logits
         greedy = logits is not None and any(r.params.greedy for r in active)
-        argmax = logits.argmax(dim=-1).tolist() if greedy else None
+        argmax = None
+        if greedy:
+            argmax = (out.argmax if out.argmax is not None else logits.argmax(dim=-1)).tolist()
 
         for r in generating:
             if r.finished:
@@ -211,7 +219,8 @@ class Engine:
             k = len(draft.tokens) if draft else 0
             i0 = first_out[r.slot]
             try:
-                rows = self._adjusted(r, logits[i0:i0 + k + 1], draft.tokens if draft else ())
+                rows = self._adjusted(r, logits[i0:i0 + k + 1], draft.tokens if draft else ()) \
+                    if r.params.adjusts_logits else None
                 if r.params.greedy:
                     best = argmax[i0:i0 + k + 1] if rows is None else rows.argmax(dim=-1).tolist()
                     emitted = verify_greedy(draft.tokens if draft else [], best)
@@ -234,7 +243,7 @@ class Engine:
                     driver.accept(r.slot, n_acc)
                 elif driver is not None:
                     driver.no_draft(r.slot, emitted[0])
-                self._emit(r, emitted, logits[i0:i0 + n_acc + 1])
+                self._emit(r, emitted, logits, i0)
             except Exception as exc:
                 log.exception("request %s failed", r.request_id)
                 self._finish(r, "error", error=f"internal error: {type(exc).__name__}: {exc}")
@@ -258,7 +267,7 @@ class Engine:
                 r.id_last = token
                 if driver is not None:
                     driver.begin(r.slot, r.tokens[:r.n_cached])
-                self._emit(r, [token], row)
+                self._emit(r, [token], logits, first_out[r.slot])
             except Exception as exc:
                 log.exception("request %s failed", r.request_id)
                 self._finish(r, "error", error=f"internal error: {type(exc).__name__}: {exc}")
@@ -273,10 +282,11 @@ class Engine:
         return adjust_logits(rows, r.params, r.prompt_ids, r.output_ids, drafts)
 
     # ------------------------------------------------------------------ output
-    def _emit(self, r: Request, tokens: list[int], logits_rows: torch.Tensor) -> None:
+    def _emit(self, r: Request, tokens: list[int], logits: torch.Tensor, first_row: int) -> None:
+        """Append the tokens (whose logits are rows first_row.. of `logits`) and check for the end."""
         params = r.params
         if r.logprobs is not None:
-            self._record_logprobs(r, tokens, logits_rows)
+            self._record_logprobs(r, tokens, logits[first_row:first_row + len(tokens)])
         finish = None
         for tok in tokens:
             r.output_ids.append(tok)
@@ -286,7 +296,7 @@ class Engine:
             if tok in params.stop_token_ids:
                 finish, reason = "stop", tok
                 break
-            if r.detok is not None:
+            if r.detok is not None and not r.lazy_text:
                 hit = r.stopper.push(r, r.detok.push([tok]))
                 if hit is not None:
                     finish, reason = "stop", hit
@@ -314,6 +324,9 @@ class Engine:
     def _finish(self, r: Request, reason: str, stop_reason=None, error: str | None = None) -> None:
         if r.finished:
             return
+        if r.detok is not None and r.lazy_text:
+            stopped_by_token = reason == "stop" and isinstance(stop_reason, int)
+            r.text += r.detok.push(r.output_ids[:-1] if stopped_by_token else r.output_ids)
         if r.detok is not None and reason != "stop":
             r.text += r.detok.flush()
         if r.logprobs is not None:

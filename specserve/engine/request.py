@@ -87,6 +87,7 @@ class Request:
     output_ids: list[int] = field(default_factory=list)
     text: str = ""
     detok: IncrementalDetokenizer | None = None
+    lazy_text: bool = False                   # text decoded once at the end (no stop strings, no streaming)
     generator: torch.Generator | None = None
     seed: int = 0
     finish_reason: str | None = None

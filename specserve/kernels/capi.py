@@ -36,7 +36,7 @@ class Attention(ctypes.Structure):
 class Step(ctypes.Structure):
     _fields_ = [("n_rows", c_int64), ("tokens", c_void_p), ("attn", Attention), ("n_taps", c_int32),
                 ("tap_layers", c_void_p), ("tap_out", c_void_p), ("n_out", c_int64), ("out_rows", c_void_p),
-                ("logits", c_void_p), ("final_hidden", c_void_p)]
+                ("logits", c_void_p), ("argmax", c_void_p), ("final_hidden", c_void_p)]
 
 
 _SIGNATURES = {

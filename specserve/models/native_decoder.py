@@ -15,6 +15,7 @@ import torch.nn.functional as F
 from ..kernels import capi, library
 from ..kernels.packed import PackedLinear, gated_mlp_bias, gated_mlp_weight
 from .config import ModelConfig
+from .forward_output import ForwardOutput
 from .kv_cache import KVCache
 from .rope import RotaryEmbedding
 from .step_batch import StepBatch
@@ -97,10 +98,11 @@ class NativeLayers:
                                    _ptr(prefix_input), ctypes.byref(attn))
 
 
-def attention_rows(rope: RotaryEmbedding, row_slots: torch.Tensor, positions: torch.Tensor, key_len: torch.Tensor,
-                   cache: KVCache, keep: list, rope_rows: tuple[torch.Tensor, torch.Tensor] | None = None,
-                   ) -> capi.Attention:
-    """The kernels' view of rows: slot, position, visible keys [0, key_len) and RoPE rows, over `cache`.
+def attention_rows(rope: RotaryEmbedding, row_slots: torch.Tensor, positions: torch.Tensor,
+                   key_len: torch.Tensor | None, cache: KVCache, keep: list,
+                   rope_rows: tuple[torch.Tensor, torch.Tensor] | None = None) -> capi.Attention:
+    """The kernels' view of rows: slot, position, visible keys [0, key_len) (None: causal, up to the
+    row's own position) and RoPE rows, over `cache`.
 
     rope_rows: per-row (cos, sin) when the table cannot be indexed by position (dynamic NTK scaling).
     Every tensor the struct points into is appended to `keep`, which must outlive the call.
@@ -110,7 +112,7 @@ def attention_rows(rope: RotaryEmbedding, row_slots: torch.Tensor, positions: to
     else:
         (cos, sin), rope_index = rope_rows, torch.arange(positions.shape[0], dtype=torch.int64)
     keep += [row_slots, positions, key_len, cos, sin, rope_index]
-    return capi.Attention(row_slots.data_ptr(), positions.data_ptr(), key_len.data_ptr(), cos.data_ptr(),
+    return capi.Attention(row_slots.data_ptr(), positions.data_ptr(), _ptr(key_len), cos.data_ptr(),
                           sin.data_ptr(), rope_index.data_ptr(), cache.k.data_ptr(), cache.v.data_ptr(),
                           cache.n_slots, cache.capacity)
 
@@ -121,7 +123,7 @@ def causal_attention(rope: RotaryEmbedding, batch: StepBatch, cache: KVCache, ke
     if rope.rope_type == "dynamic":       # frequencies depend on each slot's length: gather per segment
         from .transformer import rope_tables
         rope_rows = rope_tables(rope, batch)
-    return attention_rows(rope, batch.row_slots, batch.positions, batch.positions + 1, cache, keep, rope_rows)
+    return attention_rows(rope, batch.row_slots, batch.positions, None, cache, keep, rope_rows)
 
 
 def commit_lengths(batch: StepBatch, cache: KVCache) -> None:
@@ -146,20 +148,21 @@ class NativeDecoder:
         return self.stack.head
 
     def forward_step(self, batch: StepBatch, cache: KVCache, taps=(), want_final_hidden: bool = False):
-        """ForwardOutput with float32 logits, taps and final hidden state."""
-        from .transformer import ForwardOutput
+        """ForwardOutput with float32 logits, taps and final hidden state, and each output row's argmax."""
         n, hidden = batch.n_tokens, self.hidden
         keep: list = []
         attn = causal_attention(self.model.rope, batch, cache, keep)
         n_out = int(batch.output_rows.shape[0])
         logits = torch.empty(n_out, self.vocab, dtype=torch.float32) if n_out else None
+        argmax = torch.empty(n_out, dtype=torch.int64) if n_out else None
         final = torch.empty(n, hidden, dtype=torch.float32) if want_final_hidden else None
         tap_layers = sorted(taps)
         tap_out = [torch.empty(n, hidden, dtype=torch.float32) for _ in tap_layers]
         tap_ids = (ctypes.c_int32 * len(tap_layers))(*tap_layers)
         tap_ptrs = (ctypes.c_void_p * len(tap_layers))(*[t.data_ptr() for t in tap_out])
         step = capi.Step(n, batch.tokens.data_ptr(), attn, len(tap_layers), ctypes.addressof(tap_ids),
-                         ctypes.addressof(tap_ptrs), n_out, batch.output_rows.data_ptr(), _ptr(logits), _ptr(final))
+                         ctypes.addressof(tap_ptrs), n_out, batch.output_rows.data_ptr(), _ptr(logits), _ptr(argmax),
+                         _ptr(final))
         self.lib.ss_model_forward(self.stack.model_ref, ctypes.byref(step))
         commit_lengths(batch, cache)
-        return ForwardOutput(logits, dict(zip(tap_layers, tap_out)), final)
+        return ForwardOutput(logits, dict(zip(tap_layers, tap_out)), final, argmax)

@@ -11,7 +11,7 @@ and the final-normed hidden state, which is what the drafters read.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -19,6 +19,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from .config import ModelConfig, load_config
+from .forward_output import ForwardOutput
 from .kv_cache import KVCache
 from .loader import Checkpoint, parse_dtype
 from .rope import RotaryEmbedding, apply_rope
@@ -225,13 +226,6 @@ def serving_cache(model: nn.Module, layers, n_slots: int, max_ctx: int, torch_we
         model.serving = [layer.serving_weights(cfg) for layer in layers]
     return KVCache(len(layers), n_slots, cfg.num_key_value_heads, max_ctx, cfg.head_dim, torch.float32,
                    model.device)
-
-
-@dataclass
-class ForwardOutput:
-    logits: torch.Tensor | None                      # [n_out, V] float32
-    taps: dict[int, torch.Tensor] = field(default_factory=dict)   # layer -> [N, H]
-    final_hidden: torch.Tensor | None = None          # [N, H] after the final norm
 
 
 class Decoder(nn.Module):

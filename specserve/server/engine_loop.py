@@ -12,6 +12,7 @@ import logging
 import threading
 import time
 
+import torch
 from ..engine.engine import Engine
 from ..engine.request import Request, RequestOutput
 
@@ -47,6 +48,7 @@ class EngineLoop:
             self.wakeup.notify()
 
     def _run(self) -> None:
+        torch.inference_mode().__enter__()      # for the thread's lifetime: no per-step mode switch
         while True:
             with self.wakeup:
                 while not self.stopping and not self.engine.has_work():

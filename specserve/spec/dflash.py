@@ -27,6 +27,7 @@ import torch
 from ..errors import OptionError
 from ..models.block_drafter import load_block_drafter
 from ..models.block_drafter_format import LAYOUTS
+from ..kernels.packed import check_quant
 from .base import Draft, DraftRequest, Option, Proposer, ProposerContext, TargetBatch
 from .confidence_schedule import confident_prefix_lengths, schedule_prefix_lengths
 from .markov_chain import gumbel_noise, run_block_chain
@@ -93,6 +94,7 @@ class DFlash(Proposer):
         self.n_min = int(opts.get("spec_draft_n_min", 0))
         self.p_min = float(opts.get("spec_draft_p_min", 0.0))
         self.mask_token_id = spec.mask_token_id
+        self.drafter.quant = check_quant(opts.get("quant_draft"), "--quant-draft")
         self.cache = self.drafter.new_cache(ctx.n_slots, ctx.max_ctx)
         self.slots = [_SlotContext() for _ in range(ctx.n_slots)]
         self.cost_table: StepCostTable | None = None

@@ -15,6 +15,7 @@ import torch
 from ..errors import OptionError
 from ..models.step_batch import StepBatch
 from ..models.transformer import CausalLM
+from ..kernels.packed import check_quant
 from .base import Draft, DraftRequest, Proposer, ProposerContext
 from .draft_chain import ChainRows, DraftSettings, run_chain
 from .vocab_compat import check_vocab_compatible
@@ -34,6 +35,7 @@ class DraftSimple(Proposer):
                                self.model.config.vocab_size)
         self.target_vocab = target.config.vocab_size
         self.draft_vocab = self.model.config.vocab_size
+        self.model.quant = check_quant(ctx.options.get("quant_draft"), "--quant-draft")
         self.cache = self.model.new_cache(ctx.n_slots, ctx.max_ctx)
         # the tokens whose rows are in each slot's draft cache (valid up to cache.length(slot))
         self.seen = np.zeros((ctx.n_slots, self.cache.capacity + 1), dtype=np.int64)

@@ -261,7 +261,7 @@ void attention_layer(const ss_model& m, int layer, float* qkv, int64_t ld_qkv, i
                 const int64_t h = g * group + j;
                 tile.q[tile.n_units] = qkv + r * ld_qkv + h * d;
                 tile.out[tile.n_units] = ctx + (r - prefix_rows) * n_heads * d + h * d;
-                tile.n_keys[tile.n_units] = a.key_len[r];
+                tile.n_keys[tile.n_units] = a.key_len ? a.key_len[r] : a.row_pos[r] + 1;
                 tile.n_units++;
             }
         }

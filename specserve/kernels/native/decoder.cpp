@@ -38,6 +38,21 @@ void rms_norm_rows(const float* x, int64_t ldx, const float* weight, float* out,
     });
 }
 
+// index of the first maximum (as torch.argmax), NaN-free input assumed
+int64_t argmax(const float* x, int64_t n) {
+    float best = -INFINITY;
+    int64_t i = 0;
+#ifdef SS_AVX512
+    __m512 vmax = _mm512_set1_ps(-INFINITY);
+    for (; i + 16 <= n; i += 16) vmax = _mm512_max_ps(vmax, _mm512_loadu_ps(x + i));
+    best = _mm512_reduce_max_ps(vmax);
+#endif
+    for (; i < n; i++) best = std::max(best, x[i]);
+    for (i = 0; i < n; i++)
+        if (x[i] == best) return i;
+    return 0;
+}
+
 namespace {
 
 // grow-only scratch buffers of the calling thread (the engine calls from one thread)
@@ -133,6 +148,8 @@ int32_t ss_model_forward(const ss_model* m, const ss_step* step) {
             else rms_norm_rows(x + r * hidden, hidden, m->final_norm, rows + i * hidden, hidden, 1, hidden, m->eps);
         }
         gemm(m->head, rows, step->n_out, hidden, step->logits, m->vocab, SS_OUT_STORE);
+        if (step->argmax)
+            for (int64_t i = 0; i < step->n_out; i++) step->argmax[i] = argmax(step->logits + i * m->vocab, m->vocab);
     }
     return 0;
 }

@@ -44,7 +44,7 @@ struct ss_model {
 struct ss_attn {
     const int64_t* row_slot;
     const int64_t* row_pos;
-    const int64_t* key_len;   // keys [0, key_len) of the row's slot
+    const int64_t* key_len;   // keys [0, key_len) of the row's slot; null: causal (row_pos + 1)
     const float* cos;         // rope tables [*, head_dim], row r uses rope_index[r]
     const float* sin;
     const int64_t* rope_index;
@@ -63,6 +63,7 @@ struct ss_step {
     int64_t n_out;
     const int64_t* out_rows;
     float* logits;                // [n_out, vocab] or null
+    int64_t* argmax;              // [n_out] greedy token of each output row (first maximum), or null
     float* final_hidden;          // [n_rows, hidden] or null
 };
 
@@ -91,4 +92,5 @@ void attention_layer(const ss_model& m, int layer, float* qkv, int64_t ld_qkv, i
                      const ss_attn& attn, float* ctx);
 void rms_norm_rows(const float* x, int64_t ldx, const float* weight, float* out, int64_t ldo, int64_t m,
                    int64_t dim, float eps);
+int64_t argmax(const float* x, int64_t n);
 }

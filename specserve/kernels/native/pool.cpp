@@ -1,5 +1,7 @@
 #include "pool.h"
 
+#include <ctime>
+
 #include <chrono>
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -80,7 +82,48 @@ void Pool::helper_loop() {
     }
 }
 
+namespace {
+constexpr int kWindowJobs = 64;          // jobs per contention check
+constexpr int kStallsToGoSolo = 8;       // helpers late in this many jobs of a window: a busy core
+constexpr double kMinCpuShare = 0.85;    // the caller ran less than this share of a window: oversubscribed
+constexpr double kMaxWindowUs = 50000;   // longer windows had idle gaps (no requests): not evidence
+constexpr int64_t kSoloJobs = 4000;      // then this many jobs (a few hundred decode steps) alone
+constexpr double kStallMinUs = 30.0;
+
+double thread_cpu_us() {
+    timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return ts.tv_sec * 1e6 + ts.tv_nsec * 1e-3;
+}
+double wall_us() {
+    return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+}  // namespace
+
+// Called after each job with the caller's own share of it and how long it then waited for helpers.
+// Two signs of a core taken by another process: helpers finishing late (preempted mid-task), and the
+// caller itself getting well under a full core over a window of back-to-back jobs.
+void Pool::note_wait(double work_us, double wait_us) {
+    if (window_jobs_ == 0) {
+        window_wall_us_ = wall_us();
+        window_cpu_us_ = thread_cpu_us();
+    }
+    window_jobs_++;
+    if (wait_us > kStallMinUs && wait_us > work_us) window_stalls_++;
+    if (window_jobs_ < kWindowJobs) return;
+    const double wall = wall_us() - window_wall_us_, cpu = thread_cpu_us() - window_cpu_us_;
+    const bool starved = wall < kMaxWindowUs && cpu < kMinCpuShare * wall;
+    if (window_stalls_ >= kStallsToGoSolo || starved) solo_jobs_left_ = kSoloJobs;
+    window_jobs_ = window_stalls_ = 0;
+}
+
 void Pool::run(int64_t n_tasks, TaskFn fn, void* ctx) {
+    if (solo_jobs_left_ > 0) {
+        solo_jobs_left_--;
+        for (int64_t t = 0; t < n_tasks; t++) fn(ctx, t);
+        return;
+    }
+    const auto start = std::chrono::steady_clock::now();
     // close the previous job: no helper may still be reading its fields
     const uint64_t writing = generation_.fetch_add(1) + 1;     // odd
     while (active_.load() != 0) SS_PAUSE();
@@ -99,7 +142,11 @@ void Pool::run(int64_t n_tasks, TaskFn fn, void* ctx) {
         done_tasks_.fetch_add(1, std::memory_order_release);
     }
     // wait only for tasks a helper has started
+    const auto claimed = std::chrono::steady_clock::now();
     while (done_tasks_.load(std::memory_order_acquire) < n_tasks) SS_PAUSE();
+    const auto end = std::chrono::steady_clock::now();
+    note_wait(std::chrono::duration<double, std::micro>(claimed - start).count(),
+              std::chrono::duration<double, std::micro>(end - claimed).count());
 }
 
 }  // namespace ss

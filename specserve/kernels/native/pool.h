@@ -2,6 +2,9 @@
 // so the calling thread finishes the job alone when a helper is descheduled (another process on
 // its core): a job never waits for a helper that has not started a task. Helpers spin briefly
 // between jobs (a decode step issues a few dozen small jobs back to back), then sleep.
+// When helpers keep finishing late (preempted in the middle of a task, so the caller waits for
+// them), the pool runs jobs on the calling thread alone for a while and then tries again: a
+// busy neighbour then costs about what one thread would, not a stall per job.
 #pragma once
 #include <atomic>
 #include <condition_variable>
@@ -28,6 +31,7 @@ private:
     void stop_helpers();
     void helper_loop();
     void work(uint64_t gen);
+    void note_wait(double work_us, double wait_us);
 
     int n_threads_ = 1;
     int spin_us_ = 300;
@@ -44,6 +48,11 @@ private:
     std::atomic<int> sleepers_{0};
     std::mutex mutex_;
     std::condition_variable wake_;
+    // contention watch (calling thread only)
+    int64_t solo_jobs_left_ = 0;
+    int window_jobs_ = 0;
+    int window_stalls_ = 0;
+    double window_wall_us_ = 0, window_cpu_us_ = 0;
 };
 
 // Runs body(task) for task in [0, n_tasks) on the pool.
