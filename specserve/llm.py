@@ -12,6 +12,7 @@ from .engine.engine import Engine
 from .engine.request import Request, RequestOutput
 from .errors import InvalidRequestError, OptionError
 from .kernels.packed import check_quant
+from .models.step_batch import StepBatch
 from .models.tokenizer import Tokenizer
 from .models.transformer import CausalLM
 from .options import default_spec_options
@@ -98,11 +99,12 @@ class LLM:
         return [r.snapshot() for r in requests]
 
     def score(self, token_ids: list[int]) -> torch.Tensor:
-        """The target's float32 logits at every position, shape [len(token_ids), vocab]."""
-        tokens = torch.tensor([list(token_ids)], dtype=torch.int64)
+        """The served target's float32 logits at every position, shape [len(token_ids), vocab]: the same
+        forward (kernels, quantization) that generation uses, on a scratch cache."""
+        ids = [int(t) for t in token_ids]
+        cache = self.target.new_cache(1, len(ids))
         with torch.inference_mode():
-            hidden, _ = self.target.forward_full(tokens)
-            return self.target.logits(hidden[0])
+            return self.target.forward_step(StepBatch.build([(0, ids, 0)], list(range(len(ids)))), cache).logits
 
     def stats_lines(self) -> list[str]:
         """The per-method statistics lines (cumulative over this LLM's lifetime)."""

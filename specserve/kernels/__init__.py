@@ -8,6 +8,7 @@ kernels when they build and the model is on the CPU. SPECSERVE_KERNELS sets the 
 """
 from __future__ import annotations
 
+import ctypes
 import logging
 import os
 
@@ -96,6 +97,14 @@ def library():
     if lib is None:
         raise KernelBuildError(_state["error"])
     return lib
+
+
+def pool_stats() -> dict:
+    """The kernels' thread pool: jobs run, jobs run on the calling thread alone because another
+    process was taking a core, and how many times that happened."""
+    values = (ctypes.c_int64 * 3)()
+    library().ss_pool_stats(values)
+    return {"jobs": values[0], "solo_jobs": values[1], "solo_periods": values[2]}
 
 
 def has_bf16_dot() -> bool:

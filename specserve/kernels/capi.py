@@ -45,6 +45,7 @@ _SIGNATURES = {
     "ss_set_threads": (None, [c_int32]),
     "ss_get_threads": (c_int32, []),
     "ss_set_spin_us": (None, [c_int32]),
+    "ss_pool_stats": (None, [POINTER(c_int64)]),
     "ss_packed_bytes": (c_int64, [c_int32, c_int64, c_int64]),
     "ss_pack": (None, [c_int32, c_void_p, c_int32, c_int64, c_int64, c_void_p]),
     "ss_linear": (None, [POINTER(Weight), c_void_p, c_int64, c_int64, c_void_p, c_int64, c_int32]),

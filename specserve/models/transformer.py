@@ -48,9 +48,21 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
     return F.linear(padded, weight, bias)[:n]
 
 
+def float32_copy(weight: torch.Tensor) -> torch.Tensor:
+    """weight as float32, converted once per tensor version (norm weights of bf16 models, on float32 rows);
+    the copy lives on the tensor itself, so it goes when the weight goes."""
+    if weight.dtype == torch.float32:
+        return weight
+    cached = getattr(weight, "_float32_copy", None)
+    if cached is None or cached[0] != weight._version:
+        cached = (weight._version, weight.detach().float())
+        weight._float32_copy = cached
+    return cached[1]
+
+
 def rms_norm(x: torch.Tensor, weight: torch.Tensor | None, eps: float) -> torch.Tensor:
     if x.dtype == torch.float32:        # float32 rows (the native path) with weights of any dtype
-        return F.rms_norm(x, (x.shape[-1],), None if weight is None else weight.float(), eps)
+        return F.rms_norm(x, (x.shape[-1],), None if weight is None else float32_copy(weight), eps)
     out = F.rms_norm(x.float(), (x.shape[-1],), None, eps).to(x.dtype)
     return out * weight if weight is not None else out
 

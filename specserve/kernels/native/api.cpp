@@ -22,5 +22,6 @@ int32_t ss_features(void) {
 void ss_set_threads(int32_t n) { ss::Pool::instance().set_threads(n); }
 int32_t ss_get_threads(void) { return ss::Pool::instance().threads(); }
 void ss_set_spin_us(int32_t us) { ss::Pool::instance().set_spin_us(us); }
+void ss_pool_stats(int64_t* out) { ss::Pool::instance().stats(out); }
 
 }  // extern "C"

@@ -72,6 +72,7 @@ int32_t ss_features(void);        // bits: 1 AVX-512, 2 AVX-512 BF16, 4 AMX, 8 A
 void ss_set_threads(int32_t n);
 int32_t ss_get_threads(void);
 void ss_set_spin_us(int32_t us);
+void ss_pool_stats(int64_t* out);   // [jobs, jobs run alone, times a busy core sent the pool solo]
 int64_t ss_packed_bytes(int32_t type, int64_t n, int64_t k);
 // src: [n, k] row-major, f32 (src_bf16 = 0) or bf16 (1) for F32/BF16; int8 for I8
 void ss_pack(int32_t type, const void* src, int32_t src_bf16, int64_t n, int64_t k, void* dst);

@@ -12,12 +12,12 @@
 
 namespace ss {
 
+// Never destroyed: at interpreter exit a daemon thread may still be inside a job, and a destructor
+// would pull the pool from under it. The process's exit ends the helper threads.
 Pool& Pool::instance() {
-    static Pool pool;
-    return pool;
+    static Pool* pool = new Pool();
+    return *pool;
 }
-
-Pool::~Pool() { stop_helpers(); }
 
 void Pool::stop_helpers() {
     if (helpers_.empty()) return;
@@ -83,11 +83,11 @@ void Pool::helper_loop() {
 }
 
 namespace {
-constexpr int kWindowJobs = 64;          // jobs per contention check
-constexpr int kStallsToGoSolo = 8;       // helpers late in this many jobs of a window: a busy core
-constexpr double kMinCpuShare = 0.85;    // the caller ran less than this share of a window: oversubscribed
-constexpr double kMaxWindowUs = 50000;   // longer windows had idle gaps (no requests): not evidence
-constexpr int64_t kSoloJobs = 4000;      // then this many jobs (a few hundred decode steps) alone
+constexpr int kSampleEvery = 8;          // jobs whose CPU share is measured (a clock read costs ~0.3 us)
+constexpr double kJudgeAfterUs = 5000;   // sampled job time per verdict: a lone preemption is not a busy core
+constexpr double kMaxStallShare = 0.1;   // helpers late in more than this share of the jobs: a busy core
+constexpr double kMinCpuShare = 0.85;    // the caller ran less than this share of its sampled jobs: the same
+constexpr double kSoloUs = 1e6;          // then a second alone before looking again
 constexpr double kStallMinUs = 30.0;
 
 double thread_cpu_us() {
@@ -95,35 +95,53 @@ double thread_cpu_us() {
     clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
     return ts.tv_sec * 1e6 + ts.tv_nsec * 1e-3;
 }
-double wall_us() {
+double now_us() {
     return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 }  // namespace
 
-// Called after each job with the caller's own share of it and how long it then waited for helpers.
-// Two signs of a core taken by another process: helpers finishing late (preempted mid-task), and the
-// caller itself getting well under a full core over a window of back-to-back jobs.
-void Pool::note_wait(double work_us, double wait_us) {
-    if (window_jobs_ == 0) {
-        window_wall_us_ = wall_us();
-        window_cpu_us_ = thread_cpu_us();
-    }
+// After each job: the caller's own share of it, how long it then waited for helpers and, for sampled
+// jobs, the CPU time it got during the job. Two signs of a core taken by another process: helpers
+// finishing late (preempted mid-task), and the caller running well under a full core while it had
+// work (a job keeps it busy from start to end, so idle gaps between requests never count).
+void Pool::note_job(double work_us, double wait_us, double cpu_us) {
     window_jobs_++;
     if (wait_us > kStallMinUs && wait_us > work_us) window_stalls_++;
-    if (window_jobs_ < kWindowJobs) return;
-    const double wall = wall_us() - window_wall_us_, cpu = thread_cpu_us() - window_cpu_us_;
-    const bool starved = wall < kMaxWindowUs && cpu < kMinCpuShare * wall;
-    if (window_stalls_ >= kStallsToGoSolo || starved) solo_jobs_left_ = kSoloJobs;
+    if (cpu_us >= 0) {
+        sampled_wall_us_ += work_us + wait_us;
+        sampled_cpu_us_ += cpu_us;
+    }
+    if (sampled_wall_us_ < kJudgeAfterUs) return;
+    const bool starved = sampled_cpu_us_ < kMinCpuShare * sampled_wall_us_;
+    const bool busy = window_stalls_ > kMaxStallShare * window_jobs_ || starved;
+    // from normal running, twice in a row (a transient such as start-up is not enough); right after a
+    // solo period, once: the neighbour is most likely still there
+    if (busy && (last_verdict_busy_ || probing_)) {
+        solo_until_us_ = now_us() + kSoloUs;
+        solo_entries_++;
+    }
+    last_verdict_busy_ = busy;
+    probing_ = false;
     window_jobs_ = window_stalls_ = 0;
+    sampled_wall_us_ = sampled_cpu_us_ = 0;
 }
 
 void Pool::run(int64_t n_tasks, TaskFn fn, void* ctx) {
-    if (solo_jobs_left_ > 0) {
-        solo_jobs_left_--;
-        for (int64_t t = 0; t < n_tasks; t++) fn(ctx, t);
-        return;
+    jobs_++;
+    if (solo_until_us_ > 0) {
+        if (now_us() < solo_until_us_) {
+            solo_jobs_++;
+            for (int64_t t = 0; t < n_tasks; t++) fn(ctx, t);
+            return;
+        }
+        solo_until_us_ = 0;
+        probing_ = true;
+        window_jobs_ = window_stalls_ = 0;
+        sampled_wall_us_ = sampled_cpu_us_ = 0;
     }
-    const auto start = std::chrono::steady_clock::now();
+    const bool sampled = jobs_ % kSampleEvery == 0;
+    const double cpu_start = sampled ? thread_cpu_us() : 0;
+    const double start = now_us();
     // close the previous job: no helper may still be reading its fields
     const uint64_t writing = generation_.fetch_add(1) + 1;     // odd
     while (active_.load() != 0) SS_PAUSE();
@@ -142,11 +160,10 @@ void Pool::run(int64_t n_tasks, TaskFn fn, void* ctx) {
         done_tasks_.fetch_add(1, std::memory_order_release);
     }
     // wait only for tasks a helper has started
-    const auto claimed = std::chrono::steady_clock::now();
+    const double claimed = now_us();
     while (done_tasks_.load(std::memory_order_acquire) < n_tasks) SS_PAUSE();
-    const auto end = std::chrono::steady_clock::now();
-    note_wait(std::chrono::duration<double, std::micro>(claimed - start).count(),
-              std::chrono::duration<double, std::micro>(end - claimed).count());
+    const double end = now_us();
+    note_job(claimed - start, end - claimed, sampled ? thread_cpu_us() - cpu_start : -1.0);
 }
 
 }  // namespace ss

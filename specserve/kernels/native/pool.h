@@ -23,15 +23,15 @@ public:
     void set_threads(int n_threads);        // 1 = the calling thread only
     int threads() const { return n_threads_; }
     void set_spin_us(int us) { spin_us_ = us; }
+    // jobs run, jobs run on the calling thread alone, times the contention watch went solo
+    void stats(int64_t* out) const { out[0] = jobs_; out[1] = solo_jobs_; out[2] = solo_entries_; }
     void run(int64_t n_tasks, TaskFn fn, void* ctx);
-
-    ~Pool();
 
 private:
     void stop_helpers();
     void helper_loop();
     void work(uint64_t gen);
-    void note_wait(double work_us, double wait_us);
+    void note_job(double work_us, double wait_us, double cpu_us);
 
     int n_threads_ = 1;
     int spin_us_ = 300;
@@ -49,10 +49,13 @@ private:
     std::mutex mutex_;
     std::condition_variable wake_;
     // contention watch (calling thread only)
-    int64_t solo_jobs_left_ = 0;
+    double solo_until_us_ = 0;              // running alone until then (0: not)
+    int64_t jobs_ = 0, solo_jobs_ = 0, solo_entries_ = 0;
     int window_jobs_ = 0;
     int window_stalls_ = 0;
-    double window_wall_us_ = 0, window_cpu_us_ = 0;
+    double sampled_wall_us_ = 0, sampled_cpu_us_ = 0;
+    bool last_verdict_busy_ = false;
+    bool probing_ = false;                  // the first verdict after a solo period
 };
 
 // Runs body(task) for task in [0, n_tasks) on the pool.

@@ -1,0 +1,47 @@
+"""Weight-only int8 through the engine: the quantized target is the model served, speculation stays
+exactly lossless against it, and a quantized drafter never changes the output."""
+import pytest
+
+from specserve import LLM, SamplingParams, kernels
+from specserve.errors import OptionError
+
+pytestmark = pytest.mark.skipif(kernels.requested() == "torch", reason="SPECSERVE_KERNELS=torch")
+
+PROMPTS = [[5, 9, 12, 5, 9, 12, 40], [7, 7, 8, 100, 3], list(range(20, 60))]
+GREEDY = SamplingParams(temperature=0, max_tokens=40, ignore_eos=True)
+
+
+def _ids(llm):
+    return [o.token_ids for o in llm.generate(PROMPTS, GREEDY)]
+
+
+def test_int8_target_changes_the_model_a_little(tiny_qwen3_bf16):
+    full = LLM(tiny_qwen3_bf16)
+    int8 = LLM(tiny_qwen3_bf16, quant="int8")
+    assert int8.target.native.stack.nbytes < 0.6 * full.target.native.stack.nbytes
+    logits_full, logits_int8 = full.score(PROMPTS[2]), int8.score(PROMPTS[2])
+    assert 0 < (logits_full - logits_int8).abs().max() < 0.05 * logits_full.abs().max()
+
+
+@pytest.mark.parametrize("spec", [{"spec_type": "ngram-simple", "spec_ngram_simple_size_n": 1},
+                                  {"spec_type": "ngram-mod", "spec_ngram_mod_n_match": 2, "spec_ngram_mod_n_min": 1}])
+def test_speculation_is_lossless_on_an_int8_target(tiny_qwen3_bf16, spec):
+    plain = _ids(LLM(tiny_qwen3_bf16, n_parallel=3, quant="int8"))
+    assert _ids(LLM(tiny_qwen3_bf16, n_parallel=3, quant="int8", **spec)) == plain
+
+
+def test_an_int8_drafter_does_not_change_the_output(tiny_qwen3_bf16):
+    plain = _ids(LLM(tiny_qwen3_bf16, n_parallel=3))
+    drafted = LLM(tiny_qwen3_bf16, draft_model=tiny_qwen3_bf16, spec_type="draft-simple", n_parallel=3,
+                  quant_draft="int8")
+    assert drafted.engine.driver.proposers[0].model.native.stack.nbytes < \
+        0.6 * LLM(tiny_qwen3_bf16).target.native.stack.nbytes
+    assert _ids(drafted) == plain
+    assert drafted.engine.driver.counters["draft-simple"].n_acc_tokens > 0
+
+
+def test_bad_quantization_options_are_errors(tiny_qwen3_bf16, torch_kernels):
+    with pytest.raises(OptionError, match="--quant must be one of none, int8"):
+        LLM(tiny_qwen3_bf16, quant="int4")
+    with pytest.raises(OptionError, match="needs the native CPU kernels"):
+        LLM(tiny_qwen3_bf16, quant="int8")
