@@ -10,6 +10,7 @@ from __future__ import annotations
 import prometheus_client
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
+from .. import kernels
 from ..engine.engine import Engine
 from ..engine.request import Request
 
@@ -57,6 +58,12 @@ class ServerMetrics:
               ).set_function(lambda: engine.n_parallel - engine.n_free_slots)
         Gauge("llamacpp:requests_deferred", "Number of requests deferred.", registry=registry
               ).set_function(lambda: len(engine.waiting))
+        if engine.target.native is not None:       # specserve's own: is another process taking our cores?
+            Gauge("specserve:kernel_jobs", "Parallel jobs run by the native kernels' thread pool.",
+                  registry=registry).set_function(lambda: kernels.pool_stats()["jobs"])
+            Gauge("specserve:kernel_solo_jobs", "Jobs the pool ran on one thread because another process was "
+                  "taking a core (a busy neighbour).", registry=registry
+                  ).set_function(lambda: kernels.pool_stats()["solo_jobs"])
 
         # vLLM names
         running = Gauge("vllm:num_requests_running", "Number of requests in model execution batches.", **vllm)

@@ -5,6 +5,7 @@
 // When helpers keep finishing late (preempted in the middle of a task, so the caller waits for
 // them), the pool runs jobs on the calling thread alone for a while and then tries again: a
 // busy neighbour then costs about what one thread would, not a stall per job.
+// One thread submits jobs at a time (the engine's step thread); tasks never submit jobs themselves.
 #pragma once
 #include <atomic>
 #include <condition_variable>
@@ -25,6 +26,7 @@ public:
     void set_spin_us(int us) { spin_us_ = us; }
     // jobs run, jobs run on the calling thread alone, times the contention watch went solo
     void stats(int64_t* out) const { out[0] = jobs_; out[1] = solo_jobs_; out[2] = solo_entries_; }
+    void count_inline_job() { jobs_++; }
     void run(int64_t n_tasks, TaskFn fn, void* ctx);
 
 private:
@@ -63,6 +65,7 @@ template <class Body>
 inline void parallel_for(int64_t n_tasks, const Body& body) {
     if (n_tasks <= 0) return;
     if (n_tasks == 1 || Pool::instance().threads() == 1) {
+        Pool::instance().count_inline_job();
         for (int64_t t = 0; t < n_tasks; t++) body(t);
         return;
     }
