@@ -23,13 +23,18 @@ class ServeProcess:
     """`specserve serve -m MODEL --port P ARGS...` with its output in `log_path`."""
 
     def __init__(self, model: str | Path, args: list[str], log_path: Path):
+        env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
+        self.launch([sys.executable, "-m", "specserve", "serve", "-m", str(model), "--port", "{port}", *args],
+                    log_path, env)
+
+    def launch(self, command: list[str], log_path: Path, env: dict | None = None) -> None:
+        """Start `command` ("{port}" replaced by a free port) with its output in log_path."""
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log_path = log_path
         self.log = open(log_path, "w")
-        cmd = [sys.executable, "-m", "specserve", "serve", "-m", str(model), "--port", str(self.port), *args]
-        env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
-        self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT, env=env)
+        command = [part.replace("{port}", str(self.port)) for part in command]
+        self.proc = subprocess.Popen(command, stdout=self.log, stderr=subprocess.STDOUT, env=env)
 
     def wait(self, timeout: float = 300) -> str | None:
         """None once /health answers and a short warm-up request is done (the first request of a
@@ -43,13 +48,15 @@ class ServeProcess:
                 return (errors or lines or ["exited"])[-1]
             try:
                 if httpx.get(self.url + "/health", timeout=1).status_code == 200:
-                    httpx.post(self.url + "/v1/completions", timeout=60,
-                               json={"prompt": "x = 1\n", "max_tokens": 4, "temperature": 0})
+                    self.warm_up()
                     return None
             except httpx.TransportError:
                 pass
             time.sleep(0.2)
         return "did not become healthy in time"
+
+    def warm_up(self) -> None:
+        httpx.post(self.url + "/v1/completions", timeout=60, json={"prompt": "x = 1\n", "max_tokens": 4, "temperature": 0})
 
     def stop(self) -> None:
         if self.proc.poll() is None:
@@ -66,26 +73,8 @@ class LlamaServerProcess(ServeProcess):
     """llama.cpp's `llama-server -m GGUF --port P ARGS...` (LLAMACPP_BIN: the folder holding it)."""
 
     def __init__(self, llama_bin: Path, gguf: Path, args: list[str], log_path: Path):
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.log_path = log_path
-        self.log = open(log_path, "w")
-        cmd = [str(llama_bin / "llama-server"), "-m", str(gguf), "--port", str(self.port), "--no-warmup", *args]
-        self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT)
+        self.launch([str(llama_bin / "llama-server"), "-m", str(gguf), "--port", "{port}", "--no-warmup", *args],
+                    log_path)
 
-    def wait(self, timeout: float = 300) -> str | None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                self.log.flush()
-                lines = [ln for ln in self.log_path.read_text().splitlines() if ln.strip()]
-                return (lines or ["exited"])[-1]
-            try:
-                if httpx.get(self.url + "/health", timeout=1).status_code == 200:
-                    httpx.post(self.url + "/completion", timeout=60,
-                               json={"prompt": "x = 1\n", "n_predict": 4, "temperature": 0})
-                    return None
-            except httpx.TransportError:
-                pass
-            time.sleep(0.2)
-        return "did not become healthy in time"
+    def warm_up(self) -> None:
+        httpx.post(self.url + "/completion", timeout=60, json={"prompt": "x = 1\n", "n_predict": 4, "temperature": 0})

@@ -65,11 +65,9 @@ class FixedQ(Proposer):
         return self.k
 
 
-class FaultyForTrigger(Proposer):
-    """For requests whose prompt holds `trigger`, drafts with a malformed q, so verifying that
-    request raises (at temperature > 0); other requests get no draft. Tests error isolation."""
-    name = "test-faulty"
-    trigger = 319
+class TriggeredProposer(Proposer):
+    """Base for proposers that act on the requests whose prompt holds `trigger`."""
+    trigger = -1
 
     def __init__(self, ctx):
         super().__init__(ctx)
@@ -83,33 +81,27 @@ class FaultyForTrigger(Proposer):
 
     def release(self, slot):
         self.flagged.discard(slot)
-
-    def draft(self, requests):
-        return {req.slot: Draft([5], q_probs=torch.zeros(1, 3)) for req in requests if req.slot in self.flagged}
 
     def max_draft(self):
         return 1
 
 
-class SlowForTrigger(Proposer):
+class FaultyForTrigger(TriggeredProposer):
+    """For requests whose prompt holds `trigger`, drafts with a malformed q, so verifying that
+    request raises (at temperature > 0); other requests get no draft. Tests error isolation."""
+    name = "test-faulty"
+    trigger = 319
+
+    def draft(self, requests):
+        return {req.slot: Draft([5], q_probs=torch.zeros(1, 3)) for req in requests if req.slot in self.flagged}
+
+
+class SlowForTrigger(TriggeredProposer):
     """Spends `delay` seconds in every step that runs a request whose prompt holds `trigger` (and never
     drafts), so that request takes seconds however fast the machine is: for timeout and abort tests."""
     name = "test-slow"
     trigger = 318
     delay = 0.002
-
-    def __init__(self, ctx):
-        super().__init__(ctx)
-        self.flagged: set[int] = set()
-
-    def begin(self, slot, prompt):
-        if self.trigger in prompt:
-            self.flagged.add(slot)
-        else:
-            self.flagged.discard(slot)
-
-    def release(self, slot):
-        self.flagged.discard(slot)
 
     def process(self, batch):
         if any(seg.slot in self.flagged for seg in batch.step.segments):
@@ -117,6 +109,3 @@ class SlowForTrigger(Proposer):
 
     def draft(self, requests):
         return {}
-
-    def max_draft(self):
-        return 1

@@ -2,6 +2,9 @@
 
 Rolling back rejected draft rows is just `truncate(slot, n)`: attention masks keys by
 position, so stale rows past a slot's length are never read and are overwritten later.
+The buffer's layout belongs to the forward that writes it: the PyTorch path keeps keys as
+[position, head_dim] rows; the native kernels store them transposed in blocks of 16 positions
+([head_dim, 16] per block, same size) so that 16 scores are one pass of vector FMAs.
 """
 from __future__ import annotations
 

@@ -19,7 +19,7 @@ from .config import ModelConfig
 from .draft_head import DraftHead
 from .kv_cache import KVCache
 from .step_batch import StepBatch
-from .transformer import DecoderLayer, RMSNorm, decoder_layer_step, linear, rms_norm
+from .transformer import DecoderLayer, RMSNorm, decoder_layer_step, rms_norm
 
 
 class MtpHead(DraftHead):

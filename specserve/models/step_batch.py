@@ -2,7 +2,8 @@
 
 Rows are flat ([N] tokens); each slot contributes one contiguous segment of rows at
 consecutive positions starting at its current cache length (a prompt chunk, or the
-last sampled token followed by its draft). The attention runs on a padded
+last sampled token followed by its draft). The native kernels read just the per-row
+columns (token, position, slot). The PyTorch path's attention runs on a padded
 [slots, rows, keys] layout whose key length is rounded up to a multiple of KEY_BLOCK:
 with that rounding and at least MIN_ROWS rows per matmul, every row's result is
 bit-identical whatever else is in the batch (checked by tests/test_engine_lossless.py),

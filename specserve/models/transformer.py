@@ -3,9 +3,10 @@
 Parameter names equal the Hugging Face ones, so `state_dict()` is a valid checkpoint.
 Two forwards:
   * `forward_step(batch, cache)`: the serving path over a flat StepBatch of rows from
-    several slots, with the static KV cache, fused q/k/v and gate/up weights and
-    batch-invariant kernels (see step_batch.py);
-  * `forward_full(tokens)`: a plain causal forward over [B, T] for training and scoring.
+    several slots, with the static KV cache. On the CPU it runs on the native kernels
+    (native_decoder.py: one C call per step); otherwise on the PyTorch operations below,
+    with fused q/k/v and gate/up weights and padded, batch-invariant shapes (step_batch.py);
+  * `forward_full(tokens)`: a plain causal forward over [B, T] for training.
 Both can return the residual stream after any layers ("taps", -1 = embedding output)
 and the final-normed hidden state, which is what the drafters read.
 """

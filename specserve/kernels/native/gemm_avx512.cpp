@@ -36,39 +36,29 @@ inline __attribute__((always_inline)) void finish_tile(__m512 (&acc)[MR][NR], co
     _Pragma("GCC unroll 4") for (int r = 0; r < R; r++) \
     _Pragma("GCC unroll 4") for (int c = 0; c < C; c++) acc[r][c] = _mm512_setzero_ps();
 
-template <int R, int C>
-void tile_f32(const void* xp, int64_t ldx, const uint8_t* wp, int64_t bb, int64_t k, const Epilogue& e, int64_t r0,
+// 16 columns of weight block c at step kk, as float lanes
+struct LoadF32 {
+    static __m512 load(const uint8_t* w, int64_t bb, int c, int64_t kk) {
+        return _mm512_loadu_ps(reinterpret_cast<const float*>(w + c * bb) + kk * NB);
+    }
+};
+struct LoadI8 {       // int8 to float exactly; the per-column scale is applied once, by the epilogue
+    static __m512 load(const uint8_t* w, int64_t bb, int c, int64_t kk) {
+        return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(
+            reinterpret_cast<const __m128i*>(w + c * bb + kk * NB))));
+    }
+};
+
+// float32 rows times float32 or int8 weights: one FMA per row, column block and k
+template <class Load, int R, int C>
+void tile_fma(const void* xp, int64_t ldx, const uint8_t* wp, int64_t bb, int64_t k, const Epilogue& e, int64_t r0,
               int64_t block0) {
     const float* x = static_cast<const float*>(xp) + r0 * ldx;
-    const float* w = reinterpret_cast<const float*>(wp);
-    const int64_t bs = bb / 4;
     SS_ZERO_ACC()
     for (int64_t kk = 0; kk < k; kk++) {
         __m512 wv[NR];
 #pragma GCC unroll 4
-        for (int c = 0; c < C; c++) wv[c] = _mm512_loadu_ps(w + c * bs + kk * NB);
-#pragma GCC unroll 4
-        for (int r = 0; r < R; r++) {
-            const __m512 xv = _mm512_set1_ps(x[r * ldx + kk]);
-#pragma GCC unroll 4
-            for (int c = 0; c < C; c++) acc[r][c] = _mm512_fmadd_ps(xv, wv[c], acc[r][c]);
-        }
-    }
-    finish_tile<R, C>(acc, e, r0, block0);
-}
-
-template <int R, int C>
-void tile_i8(const void* xp, int64_t ldx, const uint8_t* wp, int64_t bb, int64_t k, const Epilogue& e, int64_t r0,
-             int64_t block0) {
-    const float* x = static_cast<const float*>(xp) + r0 * ldx;
-    const int8_t* w = reinterpret_cast<const int8_t*>(wp);
-    SS_ZERO_ACC()
-    for (int64_t kk = 0; kk < k; kk++) {
-        __m512 wv[NR];
-#pragma GCC unroll 4
-        for (int c = 0; c < C; c++)
-            wv[c] = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(
-                _mm_loadu_si128(reinterpret_cast<const __m128i*>(w + c * bb + kk * NB))));
+        for (int c = 0; c < C; c++) wv[c] = Load::load(wp, bb, c, kk);
 #pragma GCC unroll 4
         for (int r = 0; r < R; r++) {
             const __m512 xv = _mm512_set1_ps(x[r * ldx + kk]);
@@ -106,6 +96,10 @@ void tile_bf16(const void* xp, int64_t ldx, const uint8_t* wp, int64_t bb, int64
 #endif
 
 typedef void (*TileFn)(const void*, int64_t, const uint8_t*, int64_t, int64_t, const Epilogue&, int64_t, int64_t);
+template <int R, int C>
+constexpr TileFn tile_f32 = tile_fma<LoadF32, R, C>;
+template <int R, int C>
+constexpr TileFn tile_i8 = tile_fma<LoadI8, R, C>;
 
 #define SS_TILE_ROW(T, r) {T<r, 1>, T<r, 2>, T<r, 3>, T<r, 4>}
 #define SS_TILE_TABLE(T) {SS_TILE_ROW(T, 1), SS_TILE_ROW(T, 2), SS_TILE_ROW(T, 3), SS_TILE_ROW(T, 4)}
