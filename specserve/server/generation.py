@@ -61,14 +61,15 @@ class Generation:
 
     # ------------------------------------------------------------ engine side
     def _on_finish(self, r: Request) -> None:
-        """Engine thread: hand a non-streaming request its output, count it, print llama-server's lines."""
-        waiting = self.final_only.pop(r.request_id, None)
-        if waiting is not None:
-            waiting.push(r.snapshot())
+        """Engine thread: count the request, print llama-server's lines, hand a non-streaming request its
+        output (in that order: once a client has its answer, the metrics and the log include it)."""
         try:        # bookkeeping must never fail a request or the engine step
             self._count_and_log(r)
         except Exception:
             log.exception("statistics for request %s failed", r.request_id)
+        waiting = self.final_only.pop(r.request_id, None)
+        if waiting is not None:
+            waiting.push(r.snapshot())
 
     def _count_and_log(self, r: Request) -> None:
         self.metrics.observe_finished(r)
