@@ -2,7 +2,8 @@
 
 The order of the truncation samplers follows llama.cpp's default chain:
 top-k -> top-p -> min-p (all on the temperature-1 distribution) -> temperature.
-Temperature <= 0 means greedy (argmax, first index on ties).
+Temperature <= 0 means greedy (argmax, first index on ties). On the CPU with the native
+kernels both the distribution and the draw run in C (kernels/native/sampler.cpp).
 """
 from __future__ import annotations
 
@@ -11,7 +12,9 @@ from dataclasses import dataclass, field
 
 import torch
 
+from . import kernels
 from .errors import InvalidRequestError
+from .kernels import sampling as native_sampling
 
 WHOLE_HISTORY = 1 << 30          # penalty_last_n for "every token" (llama.cpp's repeat_last_n = -1)
 
@@ -96,8 +99,14 @@ def make_generator(seed: int | None) -> tuple[torch.Generator, int]:
     return gen, seed
 
 
+def _native(t: torch.Tensor) -> bool:
+    return t.device.type == "cpu" and kernels.requested() != "torch" and kernels.mode() == "native"
+
+
 def target_probs(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
     """The distribution plain sampling draws from, for rows of float32 logits [R, V]."""
+    if _native(logits):
+        return native_sampling.sampling_probs(logits, params.top_k, params.top_p, params.min_p, params.temperature)
     x = logits.float()
     vocab = x.shape[-1]
     if 0 < params.top_k < vocab:
@@ -118,4 +127,6 @@ def target_probs(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
 
 def sample_rows(probs: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
     """One token per row of probs [R, V]."""
+    if _native(probs):
+        return native_sampling.sample(probs, generator)
     return torch.multinomial(probs, 1, generator=generator).squeeze(-1)

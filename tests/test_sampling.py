@@ -1,7 +1,7 @@
 """The target's sampling distribution: top-k, top-p, min-p, temperature (llama.cpp order)."""
 import torch
 
-from specserve.sampling import SamplingParams, make_generator, target_probs
+from specserve.sampling import SamplingParams, make_generator, sample_rows, target_probs
 
 
 def reference(logits, top_k=0, top_p=1.0, min_p=0.0, temperature=1.0):
@@ -47,3 +47,28 @@ def test_generators_are_reproducible():
     assert s1 == 42 and torch.equal(torch.rand(5, generator=g1), torch.rand(5, generator=g2))
     _, random_seed = make_generator(None)
     assert random_seed >= 0
+
+
+def test_wide_vocabularies_match_the_reference_chain():
+    """Flat logits over 1000 tokens: top-p needs hundreds of candidates, top-k keeps 200 of them."""
+    gen = torch.Generator().manual_seed(1)
+    for _ in range(5):
+        logits = torch.randn(1000, generator=gen) * 0.3
+        for kw in (dict(top_p=0.9), dict(top_k=200), dict(top_k=300, top_p=0.8, min_p=0.5), dict(temperature=0.7)):
+            params = SamplingParams(temperature=kw.pop("temperature", 1.0), **kw)
+            ours = target_probs(logits.unsqueeze(0), params)[0]
+            ref = reference(logits.tolist(), params.top_k, params.top_p, params.min_p, params.temperature)
+            assert torch.allclose(ours, ref, atol=1e-6), kw
+            assert (ours > 0).sum() == (ref > 0).sum(), kw
+
+
+def test_draws_follow_the_distribution():
+    probs = torch.tensor([[0.5, 0.0, 0.2, 0.3], [0.0, 0.0, 1.0, 0.0]])
+    gen, _ = make_generator(7)
+    counts = torch.zeros(2, 4)
+    for _ in range(4000):
+        tokens = sample_rows(probs, gen)
+        counts[0, tokens[0]] += 1
+        counts[1, tokens[1]] += 1
+    assert counts[0, 1] == 0 and counts[1, 2] == 4000
+    assert torch.allclose(counts[0] / 4000, probs[0], atol=0.03)

@@ -53,6 +53,8 @@ _SIGNATURES = {
     "ss_layer_forward": (None, [POINTER(Model), c_int32, c_void_p, c_int64, c_void_p, c_int64, c_void_p,
                                 POINTER(Attention)]),
     "ss_model_forward": (c_int32, [POINTER(Model), POINTER(Step)]),
+    "ss_sampling_probs": (None, [c_void_p, c_int64, c_int64, c_int32, c_float, c_float, c_float, c_void_p]),
+    "ss_sample": (None, [c_void_p, c_int64, c_int64, c_void_p, c_void_p]),
 }
 ABI_VERSION = 1
 

@@ -1,0 +1,29 @@
+"""The target's sampling distribution and the draws from it, on the native kernels (sampler.cpp).
+
+Same chain as specserve.sampling.target_probs (llama.cpp's order: top-k, then top-p and min-p on
+the temperature-1 distribution of what is left, then the temperature), in one call per batch of
+rows instead of a dozen PyTorch operations per row.
+"""
+from __future__ import annotations
+
+import torch
+
+from . import library
+
+
+def sampling_probs(logits: torch.Tensor, top_k: int, top_p: float, min_p: float, temperature: float) -> torch.Tensor:
+    """float32 rows [R, V] -> the distribution each row samples from [R, V]."""
+    x = logits.float().contiguous()
+    probs = torch.empty_like(x)
+    library().ss_sampling_probs(x.data_ptr(), x.shape[0], x.shape[1], top_k, top_p, min_p, temperature,
+                                probs.data_ptr())
+    return probs
+
+
+def sample(probs: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
+    """One token per row of probs [R, V], from uniforms drawn with the request's generator."""
+    p = probs.float().contiguous()
+    uniforms = torch.rand(p.shape[0], generator=generator, dtype=torch.float64)
+    tokens = torch.empty(p.shape[0], dtype=torch.int64)
+    library().ss_sample(p.data_ptr(), p.shape[0], p.shape[1], uniforms.data_ptr(), tokens.data_ptr())
+    return tokens
