@@ -11,6 +11,7 @@ from .kernels import configure as configure_kernels
 from .engine.engine import Engine
 from .engine.request import Request, RequestOutput
 from .errors import InvalidRequestError, OptionError
+from .kernels.capi import CACHE_TYPES
 from .kernels.packed import check_quant
 from .models.step_batch import StepBatch
 from .models.tokenizer import Tokenizer
@@ -29,12 +30,16 @@ BUNDLED_MODEL = BUNDLED_DIR / "stdlib-coder"
 def load_engine(model: str | Path | None = None, draft_model: str | Path | None = None,
                 spec_type: str | list[str] | None = "none", n_parallel: int = 1, ctx_size: int = 0,
                 n_batch: int = 512, dtype: str = "auto", threads: int = 0, kernels: str | None = None,
-                quant: str | None = None, **spec_options):
+                quant: str | None = None, cache_type_k: str = "f32", cache_type_v: str = "f32", **spec_options):
     """(engine, tokenizer) for a model folder, with the requested speculative types.
 
     kernels: auto / native / torch (None keeps the process setting, SPECSERVE_KERNELS by default);
-    quant: None or "int8", the target's weight quantization on the native kernels.
+    quant: None or "int8", the target's weight quantization on the native kernels;
+    cache_type_k / cache_type_v: the KV cache's element types, f32 (default), f16 or bf16 (native kernels).
     """
+    for name, value in (("--cache-type-k", cache_type_k), ("--cache-type-v", cache_type_v)):
+        if value not in CACHE_TYPES:
+            raise OptionError(f"{name} must be one of {', '.join(CACHE_TYPES)}, got {value!r}")
     configure_kernels(kernels, threads)
     model_dir = Path(model) if model else BUNDLED_MODEL
     options = default_spec_options()
@@ -54,7 +59,8 @@ def load_engine(model: str | Path | None = None, draft_model: str | Path | None 
     driver = build_driver(types, ProposerContext(target=target, n_slots=n_parallel, max_ctx=ctx, options=options,
                                                  draft_model_dir=options.get("spec_draft_model"),
                                                  tokenizer=tokenizer))
-    engine = Engine(target, tokenizer, n_parallel=n_parallel, ctx_size=ctx, n_batch=n_batch, driver=driver)
+    engine = Engine(target, tokenizer, n_parallel=n_parallel, ctx_size=ctx, n_batch=n_batch, driver=driver,
+                    cache_types=(cache_type_k, cache_type_v))
     return engine, tokenizer
 
 

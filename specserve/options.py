@@ -33,6 +33,12 @@ MODEL_OPTIONS = [
     Option(("--kernels",), "kernels", str, "auto",
            "compute kernels: auto (native on the CPU when they build, else PyTorch), native (the C++ kernels, "
            "compiled once per machine) or torch (PyTorch operations)", env="SPECSERVE_KERNELS"),
+    Option(("-ctk", "--cache-type-k"), "cache_type_k", str, "f32",
+           "KV cache element type of the keys: f32, f16 or bf16 (f16/bf16 halve the cache's memory and the "
+           "bytes attention reads; native kernels only)", env="LLAMA_ARG_CACHE_TYPE_K"),
+    Option(("-ctv", "--cache-type-v"), "cache_type_v", str, "f32",
+           "KV cache element type of the values: f32, f16 or bf16 (native kernels only)",
+           env="LLAMA_ARG_CACHE_TYPE_V"),
     Option(("--quant",), "quant", str, "none",
            "weight quantization of the target: none or int8 (weight-only, one scale per output row; native "
            "kernels only). The quantized model is the one served: speculation stays lossless against it"),

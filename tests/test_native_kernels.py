@@ -173,3 +173,59 @@ def test_unknown_kernel_mode_is_an_option_error():
     from specserve.errors import OptionError
     with pytest.raises(OptionError, match="--kernels must be one of auto, native, torch"):
         kernels.configure(kernels="fast")
+
+
+@pytest.mark.parametrize("cache_types", [("f16", "f16"), ("bf16", "bf16"), ("bf16", "f32")])
+def test_half_precision_kv_cache(tiny_qwen3, cache_types):
+    """f16/bf16 keys and values: logits close to the float32 cache's, rows still batch-invariant."""
+    model = CausalLM.from_pretrained(tiny_qwen3)
+    full, half, half_mixed = model.new_cache(3, 256), model.new_cache(3, 256, cache_types), \
+        model.new_cache(3, 256, cache_types)
+    assert half.k.dtype == getattr(torch, {"f16": "float16", "bf16": "bfloat16"}[cache_types[0]])
+    prompt = torch.arange(3, 70)
+    outs = [model.forward_step(StepBatch.build([(0, prompt, 0)], list(range(67))), c) for c in (full, half)]
+    torch.testing.assert_close(outs[1].logits, outs[0].logits, atol=0.05, rtol=0.05)
+    model.forward_step(StepBatch.build([(0, prompt, 0), (1, prompt[:30], 0)], [0]), half_mixed)
+    alone = model.forward_step(StepBatch.build([(0, [4, 5], 67)], [0, 1]), half)
+    mixed = model.forward_step(StepBatch.build([(1, list(range(40)), 30), (0, [4, 5], 67)], [40, 41]), half_mixed)
+    assert torch.equal(alone.logits, mixed.logits)
+
+
+PORTABLE_CHECK = """
+import torch, torch.nn.functional as F
+from specserve import kernels
+from specserve.kernels.packed import PackedLinear
+from specserve.models.step_batch import StepBatch
+from specserve.models.transformer import CausalLM
+assert kernels.library().ss_features() == 0, kernels.library().ss_features()
+gen = torch.Generator().manual_seed(0)
+for dtype, quant in [(torch.float32, None), (torch.bfloat16, None), (torch.float32, "int8")]:
+    w = (torch.randn(40, 37, generator=gen) * 0.1).to(dtype)
+    x = torch.randn(5, 37, generator=gen)
+    packed = PackedLinear(w, None, quant)
+    ref = F.linear(x, w.float()) if quant is None else None
+    if ref is not None:
+        torch.testing.assert_close(packed(x), ref, atol=1e-4, rtol=1e-4)
+    rows = torch.cat([packed(x[i:i + 1]) for i in range(5)])
+    assert torch.equal(rows, packed(x)), (dtype, quant)
+model = CausalLM.from_pretrained({model!r})
+cache, mixed = model.new_cache(2, 128), model.new_cache(2, 128, ("f16", "bf16"))
+prompt = torch.arange(3, 40)
+out = model.forward_step(StepBatch.build([(0, prompt, 0)], list(range(37))), cache)
+kernels.configure(kernels="torch")
+ref_model = CausalLM.from_pretrained({model!r})
+ref = ref_model.forward_step(StepBatch.build([(0, prompt, 0)], list(range(37))), ref_model.new_cache(1, 128))
+torch.testing.assert_close(out.logits, ref.logits, atol=1e-4, rtol=1e-4)
+model.forward_step(StepBatch.build([(0, prompt, 0)], [0]), mixed)
+print("portable ok")
+"""
+
+
+def test_portable_kernels_without_avx512(tiny_qwen3, tmp_path):
+    """The kernels as a CPU without AVX-512 runs them (built for x86-64-v2): right, and batch-invariant."""
+    if os.uname().machine != "x86_64":
+        pytest.skip("x86-64-v2 is an x86 target")
+    env = dict(os.environ, SPECSERVE_MARCH="x86-64-v2", SPECSERVE_CACHE=str(tmp_path / "cache"))
+    result = subprocess.run([sys.executable, "-c", PORTABLE_CHECK.format(model=str(tiny_qwen3))],
+                            capture_output=True, text=True, env=env)
+    assert result.returncode == 0 and "portable ok" in result.stdout, result.stderr[-3000:]

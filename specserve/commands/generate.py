@@ -28,7 +28,8 @@ def engine_from_args(args, n_parallel: int | None = None):
     draft_model = spec.pop("spec_draft_model")
     return load_engine(args.model, draft_model, spec_type, n_parallel=n_parallel or args.parallel,
                        ctx_size=args.ctx_size, n_batch=args.batch_size, dtype=args.dtype, threads=args.threads,
-                       kernels=args.kernels, quant=args.quant, **spec)
+                       kernels=args.kernels, quant=args.quant, cache_type_k=args.cache_type_k,
+                       cache_type_v=args.cache_type_v, **spec)
 
 
 def sampling_from_args(args) -> SamplingParams:

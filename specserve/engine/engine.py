@@ -37,7 +37,8 @@ log = logging.getLogger("specserve.engine")
 
 class Engine:
     def __init__(self, target: CausalLM, tokenizer: Tokenizer | None, n_parallel: int = 1,
-                 ctx_size: int = 0, n_batch: int = 512, driver: SpecDriver | None = None):
+                 ctx_size: int = 0, n_batch: int = 512, driver: SpecDriver | None = None,
+                 cache_types: tuple[str, str] = ("f32", "f32")):
         if n_parallel < 1:
             raise InvalidRequestError("n_parallel must be >= 1")
         self.target = target
@@ -45,7 +46,7 @@ class Engine:
         self.ctx_size = ctx_size or target.config.max_position_embeddings
         self.n_batch = max(1, n_batch)
         self.n_parallel = n_parallel
-        self.cache = target.new_cache(n_parallel, self.ctx_size)
+        self.cache = target.new_cache(n_parallel, self.ctx_size, cache_types)
         self.device = target.device
         self.driver = driver
         self.slots: list[Request | None] = [None] * n_parallel

@@ -1,9 +1,10 @@
 """Compile the native kernels (native/*.cpp) into a shared library, once per machine.
 
 The library is built with the system C++ compiler for this CPU (-march=native) and cached
-under ~/.cache/specserve/kernels/<hash of sources, compiler and CPU flags>/, so only the first
-use on a machine pays the few seconds of compiling. Set SPECSERVE_CACHE to move the cache and
-CXX to choose the compiler.
+under ~/.cache/specserve/kernels/<hash of sources, compiler, flags and CPU flags>/, so only the
+first use on a machine pays the few seconds of compiling. Set SPECSERVE_CACHE to move the cache,
+CXX to choose the compiler and SPECSERVE_MARCH to build for another -march (x86-64-v2, for
+instance, builds the portable kernels without AVX-512, as a CPU without it would run them).
 """
 from __future__ import annotations
 
@@ -19,7 +20,11 @@ SOURCE_DIR = Path(__file__).resolve().parent / "native"
 LIBRARY_NAME = "libspecserve_kernels.so"
 # -ffp-contract=off: a multiply and an add are never fused behind our back, so every kernel variant
 # (tile shape, thread count) does exactly the arithmetic its source says: the basis of batch invariance
-FLAGS = ["-O3", "-march=native", "-std=c++17", "-fPIC", "-shared", "-pthread", "-fno-math-errno", "-ffp-contract=off"]
+FLAGS = ["-O3", "-std=c++17", "-fPIC", "-shared", "-pthread", "-fno-math-errno", "-ffp-contract=off"]
+
+
+def flags() -> list[str]:
+    return [f"-march={os.environ.get('SPECSERVE_MARCH') or 'native'}", *FLAGS]
 
 
 class KernelBuildError(RuntimeError):
@@ -56,7 +61,7 @@ def _build_key(compiler: str) -> str:
             digest.update(path.name.encode())
             digest.update(path.read_bytes())
     version = subprocess.run([compiler, "--version"], capture_output=True, text=True).stdout
-    for part in (compiler, version, " ".join(FLAGS), _cpu_flags()):
+    for part in (compiler, version, " ".join(flags()), _cpu_flags()):
         digest.update(part.encode())
     return digest.hexdigest()[:16]
 
@@ -76,7 +81,7 @@ def library_path() -> Path:
         sources = sorted(str(p) for p in SOURCE_DIR.glob("*.cpp"))
         with tempfile.NamedTemporaryFile(dir=out_dir, suffix=".so", delete=False) as tmp:
             tmp_path = tmp.name
-        result = subprocess.run([compiler, *FLAGS, "-o", tmp_path, *sources], capture_output=True, text=True)
+        result = subprocess.run([compiler, *flags(), "-o", tmp_path, *sources], capture_output=True, text=True)
         if result.returncode != 0:
             os.unlink(tmp_path)
             tail = "\n".join((result.stderr or result.stdout).strip().splitlines()[-15:])

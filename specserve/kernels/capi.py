@@ -8,6 +8,8 @@ W_F32, W_BF16, W_I8 = 0, 1, 2
 OUT_STORE, OUT_ADD, OUT_SWIGLU = 0, 1, 2
 ACTIVATION_IDS = {"silu": 0, "swish": 0, "gelu": 1, "gelu_pytorch_tanh": 2, "gelu_new": 2, "relu": 3}
 FEATURE_AVX512, FEATURE_AVX512_BF16 = 1, 2
+# KV cache element types: llama.cpp's --cache-type names -> (torch dtype name, kernel code)
+CACHE_TYPES = {"f32": ("float32", 0), "f16": ("float16", 1), "bf16": ("bfloat16", 2)}
 
 
 class Weight(ctypes.Structure):
@@ -30,7 +32,7 @@ class Model(ctypes.Structure):
 class Attention(ctypes.Structure):
     _fields_ = [("row_slot", c_void_p), ("row_pos", c_void_p), ("key_len", c_void_p), ("cos", c_void_p),
                 ("sin", c_void_p), ("rope_index", c_void_p), ("k_cache", c_void_p), ("v_cache", c_void_p),
-                ("n_slots", c_int64), ("capacity", c_int64)]
+                ("n_slots", c_int64), ("capacity", c_int64), ("k_type", c_int32), ("v_type", c_int32)]
 
 
 class Step(ctypes.Structure):

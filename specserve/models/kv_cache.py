@@ -16,12 +16,12 @@ from .step_batch import KEY_BLOCK
 
 class KVCache:
     def __init__(self, n_layers: int, n_slots: int, n_kv_heads: int, max_ctx: int, head_dim: int,
-                 dtype: torch.dtype = torch.float32, device=None):
+                 dtype: torch.dtype = torch.float32, device=None, v_dtype: torch.dtype | None = None):
         # the buffer is rounded up so attention can always read whole key blocks
         self.capacity = -(-max_ctx // KEY_BLOCK) * KEY_BLOCK
         shape = (n_layers, n_slots, n_kv_heads, self.capacity, head_dim)
         self.k = torch.zeros(shape, dtype=dtype, device=device)
-        self.v = torch.zeros(shape, dtype=dtype, device=device)
+        self.v = torch.zeros(shape, dtype=v_dtype or dtype, device=device)
         self.n_slots = n_slots
         self.max_ctx = max_ctx
         self.lengths = [0] * n_slots

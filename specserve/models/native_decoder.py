@@ -21,6 +21,9 @@ from .rope import RotaryEmbedding
 from .step_batch import StepBatch
 
 
+_KV_CODES = {getattr(torch, name): code for name, code in capi.CACHE_TYPES.values()}
+
+
 def _cat_bias(*linears) -> torch.Tensor | None:
     if linears[0].bias is None:
         return None
@@ -114,7 +117,7 @@ def attention_rows(rope: RotaryEmbedding, row_slots: torch.Tensor, positions: to
     keep += [row_slots, positions, key_len, cos, sin, rope_index]
     return capi.Attention(row_slots.data_ptr(), positions.data_ptr(), _ptr(key_len), cos.data_ptr(),
                           sin.data_ptr(), rope_index.data_ptr(), cache.k.data_ptr(), cache.v.data_ptr(),
-                          cache.n_slots, cache.capacity)
+                          cache.n_slots, cache.capacity, _KV_CODES[cache.k.dtype], _KV_CODES[cache.v.dtype])
 
 
 def causal_attention(rope: RotaryEmbedding, batch: StepBatch, cache: KVCache, keep: list) -> capi.Attention:

@@ -25,8 +25,10 @@ from .kv_cache import KVCache
 from .loader import Checkpoint, parse_dtype
 from .rope import RotaryEmbedding, apply_rope
 from .step_batch import MIN_ROWS, AttentionGroup, StepBatch
-from ..errors import ModelLoadError
+from ..errors import ModelLoadError, OptionError
+from ..kernels import requested as kernels_requested
 from ..kernels import use_native_kernels
+from ..kernels.capi import CACHE_TYPES
 from .native_decoder import NativeDecoder
 
 ACTIVATIONS = {
@@ -227,18 +229,21 @@ def decoder_layer_step(w: ServingWeights, x: torch.Tensor, cfg: ModelConfig, act
     return mlp_step(w, x, cfg, act)
 
 
-def serving_cache(model: nn.Module, layers, n_slots: int, max_ctx: int, torch_weights: bool = True) -> KVCache:
+def serving_cache(model: nn.Module, layers, n_slots: int, max_ctx: int, torch_weights: bool = True,
+                  cache_types: tuple[str, str] = ("f32", "f32")) -> KVCache:
     """Ready `model` (with .config, .rope, .serving, .device) to serve up to max_ctx positions
     with `layers`: RoPE tables long enough, the PyTorch path's fused weights (unless
-    `torch_weights` is False) and a float32 KV cache for them."""
+    `torch_weights` is False) and a KV cache for them (float32 unless `cache_types` says otherwise:
+    llama.cpp's names for the keys' and the values' element types; others need the native kernels)."""
     cfg = model.config
     if model.rope is None or model.rope.cos.shape[0] < max_ctx:
         model.rope = RotaryEmbedding(cfg.head_dim, cfg.rope_theta, cfg.rope_scaling,
                                      cfg.max_position_embeddings, max(max_ctx, 64), model.device)
     if model.serving is None and torch_weights:
         model.serving = [layer.serving_weights(cfg) for layer in layers]
-    return KVCache(len(layers), n_slots, cfg.num_key_value_heads, max_ctx, cfg.head_dim, torch.float32,
-                   model.device)
+    k_dtype, v_dtype = (getattr(torch, CACHE_TYPES[t][0]) for t in cache_types)
+    return KVCache(len(layers), n_slots, cfg.num_key_value_heads, max_ctx, cfg.head_dim, k_dtype, model.device,
+                   v_dtype=v_dtype)
 
 
 class Decoder(nn.Module):
@@ -303,13 +308,18 @@ class CausalLM(nn.Module):
     def logits(self, hidden_normed: torch.Tensor) -> torch.Tensor:
         return linear(hidden_normed, self.lm_head_weight).float()
 
-    def new_cache(self, n_slots: int, max_ctx: int) -> KVCache:
-        """A KV cache for the serving forward (float32: attention always runs in float32).
+    def new_cache(self, n_slots: int, max_ctx: int, cache_types: tuple[str, str] = ("f32", "f32")) -> KVCache:
+        """A KV cache for the serving forward: float32 keys and values unless `cache_types` (keys, values:
+        f32, f16 or bf16) says otherwise; attention always computes in float32.
 
         On the CPU with the native kernels enabled, the first call packs the weights for them.
         """
         native = self.prepare_native()
-        return serving_cache(self, self.model.layers, n_slots, max_ctx, torch_weights=not native)
+        if not native and tuple(cache_types) != ("f32", "f32"):
+            raise OptionError(f"KV cache types {'/'.join(cache_types)} need the native CPU kernels "
+                              f"(kernels: {kernels_requested()}, device: {self.device})")
+        return serving_cache(self, self.model.layers, n_slots, max_ctx, torch_weights=not native,
+                             cache_types=cache_types)
 
     def prepare_native(self) -> bool:
         """Pack the weights for the native kernels if this model serves on them; False: PyTorch path."""

@@ -48,9 +48,10 @@ struct ss_attn {
     const float* cos;         // rope tables [*, head_dim], row r uses rope_index[r]
     const float* sin;
     const int64_t* rope_index;
-    float* k_cache;           // [layers, slots, kv_heads, capacity, head_dim] float32
-    float* v_cache;
+    void* k_cache;            // [layers, slots, kv_heads, capacity, head_dim] (keys transposed per 16 positions)
+    void* v_cache;
     int64_t n_slots, capacity;
+    int32_t k_type, v_type;   // element types: 0 float32, 1 float16, 2 bfloat16
 };
 
 struct ss_step {

@@ -1,0 +1,166 @@
+// The attention tile kernel, for every pair of key and value storage types.
+#include "attend.h"
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "kv_store.h"
+#include "simd.h"
+
+namespace ss {
+namespace {
+
+// scores[j] = exp(scores[j] - max) for j < n; returns their sum (in blocks of 16, a fixed order)
+float softmax_numerators(float* scores, int64_t n) {
+    float mx = -INFINITY;
+    for (int64_t j = 0; j < n; j++) mx = std::max(mx, scores[j]);
+#ifdef SS_AVX512
+    const __m512 vmx = _mm512_set1_ps(mx);
+    __m512 acc = _mm512_setzero_ps();
+    for (int64_t j = 0; j < n; j += 16) {
+        const __mmask16 m = tail_mask(n - j);
+        const __m512 e = _mm512_maskz_mov_ps(m, exp512(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, scores + j), vmx)));
+        _mm512_mask_storeu_ps(scores + j, m, e);
+        acc = _mm512_add_ps(acc, e);
+    }
+    return _mm512_reduce_add_ps(acc);
+#else
+    float sum = 0.0f;
+    for (int64_t j = 0; j < n; j++) {
+        scores[j] = std::exp(scores[j] - mx);
+        sum += scores[j];
+    }
+    return sum;
+#endif
+}
+
+// out = sum_j p[j] * values[j] over j < n (even and odd keys summed apart, then together)
+template <int VT>
+void weighted_values(const float* p, const typename Kv<VT>::elem* values, int64_t n, int64_t d, float* out) {
+#ifdef SS_AVX512
+    if (d <= 128) {
+        const int64_t chunks = (d + 15) / 16;
+        __m512 even[8], odd[8];
+        for (int c = 0; c < 8; c++) even[c] = odd[c] = _mm512_setzero_ps();
+        int64_t j = 0;
+        for (; j + 1 < n; j += 2) {
+            const __m512 p0 = _mm512_set1_ps(p[j]), p1 = _mm512_set1_ps(p[j + 1]);
+            const auto* v0 = values + j * d;
+            const auto* v1 = v0 + d;
+            for (int64_t c = 0; c < chunks; c++) {
+                const __mmask16 m = tail_mask(d - c * 16);
+                even[c] = _mm512_fmadd_ps(p0, Kv<VT>::load(m, v0 + c * 16), even[c]);
+                odd[c] = _mm512_fmadd_ps(p1, Kv<VT>::load(m, v1 + c * 16), odd[c]);
+            }
+        }
+        if (j < n) {
+            const __m512 p0 = _mm512_set1_ps(p[j]);
+            for (int64_t c = 0; c < chunks; c++)
+                even[c] = _mm512_fmadd_ps(p0, Kv<VT>::load(tail_mask(d - c * 16), values + j * d + c * 16), even[c]);
+        }
+        for (int64_t c = 0; c < chunks; c++)
+            _mm512_mask_storeu_ps(out + c * 16, tail_mask(d - c * 16), _mm512_add_ps(even[c], odd[c]));
+        return;
+    }
+#endif
+    for (int64_t i = 0; i < d; i++) {
+        float even = 0.0f, odd = 0.0f;
+        int64_t j = 0;
+        for (; j + 1 < n; j += 2) {
+            even += p[j] * Kv<VT>::get(values + j * d + i);
+            odd += p[j + 1] * Kv<VT>::get(values + (j + 1) * d + i);
+        }
+        if (j < n) even += p[j] * Kv<VT>::get(values + j * d + i);
+        out[i] = even + odd;
+    }
+}
+
+// scores of U units for n_blocks key blocks: per unit two accumulators (even and odd i) over the head dim
+template <int KT, int U>
+void score_blocks(const AttentionTile& t, float* scores, int64_t stride, int64_t n_blocks, float scale) {
+    const int64_t d = t.d;
+    const auto* keys = static_cast<const typename Kv<KT>::elem*>(t.keys_t);
+    for (int64_t b = 0; b < n_blocks; b++) {
+        const auto* kt = keys + b * kKeyBlock * d;
+#ifdef SS_AVX512
+        __m512 even[U], odd[U];
+#pragma GCC unroll 8
+        for (int u = 0; u < U; u++) even[u] = odd[u] = _mm512_setzero_ps();
+        int64_t i = 0;
+        for (; i + 1 < d; i += 2) {
+            const __m512 k0 = Kv<KT>::load16(kt + i * kKeyBlock), k1 = Kv<KT>::load16(kt + (i + 1) * kKeyBlock);
+#pragma GCC unroll 8
+            for (int u = 0; u < U; u++) {
+                even[u] = _mm512_fmadd_ps(_mm512_set1_ps(t.q[u][i]), k0, even[u]);
+                odd[u] = _mm512_fmadd_ps(_mm512_set1_ps(t.q[u][i + 1]), k1, odd[u]);
+            }
+        }
+        if (i < d) {
+            const __m512 k0 = Kv<KT>::load16(kt + i * kKeyBlock);
+#pragma GCC unroll 8
+            for (int u = 0; u < U; u++) even[u] = _mm512_fmadd_ps(_mm512_set1_ps(t.q[u][i]), k0, even[u]);
+        }
+#pragma GCC unroll 8
+        for (int u = 0; u < U; u++)
+            _mm512_storeu_ps(scores + u * stride + b * kKeyBlock,
+                             _mm512_mul_ps(_mm512_add_ps(even[u], odd[u]), _mm512_set1_ps(scale)));
+#else
+        for (int u = 0; u < U; u++) {
+            for (int l = 0; l < kKeyBlock; l++) {
+                float even = 0.0f, odd = 0.0f;
+                int64_t i = 0;
+                for (; i + 1 < d; i += 2) {
+                    even += t.q[u][i] * Kv<KT>::get(kt + i * kKeyBlock + l);
+                    odd += t.q[u][i + 1] * Kv<KT>::get(kt + (i + 1) * kKeyBlock + l);
+                }
+                if (i < d) even += t.q[u][i] * Kv<KT>::get(kt + i * kKeyBlock + l);
+                scores[u * stride + b * kKeyBlock + l] = (even + odd) * scale;
+            }
+        }
+#endif
+    }
+}
+
+typedef void (*ScoreFn)(const AttentionTile&, float*, int64_t, int64_t, float);
+
+template <int KT>
+struct ScoreTable {
+    static constexpr ScoreFn fns[kMaxUnits] = {score_blocks<KT, 1>, score_blocks<KT, 2>, score_blocks<KT, 3>,
+                                               score_blocks<KT, 4>, score_blocks<KT, 5>, score_blocks<KT, 6>,
+                                               score_blocks<KT, 7>, score_blocks<KT, 8>};
+};
+
+template <int KT, int VT>
+void attend_typed(const AttentionTile& t) {
+    const int64_t d = t.d;
+    int64_t max_keys = 0;
+    for (int u = 0; u < t.n_units; u++) max_keys = std::max(max_keys, t.n_keys[u]);
+    const int64_t n_blocks = (max_keys + kKeyBlock - 1) / kKeyBlock, stride = n_blocks * kKeyBlock;
+    static thread_local std::vector<float> scores_buf;
+    if ((int64_t)scores_buf.size() < kMaxUnits * stride) scores_buf.resize(kMaxUnits * stride);
+    float* scores = scores_buf.data();
+    ScoreTable<KT>::fns[t.n_units - 1](t, scores, stride, n_blocks, 1.0f / std::sqrt((float)d));
+    const auto* values = static_cast<const typename Kv<VT>::elem*>(t.values);
+    for (int u = 0; u < t.n_units; u++) {
+        float* s = scores + u * stride;
+        const int64_t n = t.n_keys[u];
+        const float inv = 1.0f / softmax_numerators(s, n);
+        float* out = t.out[u];
+        weighted_values<VT>(s, values, n, d, out);
+        for (int64_t i = 0; i < d; i++) out[i] *= inv;
+    }
+}
+
+typedef void (*AttendFn)(const AttentionTile&);
+const AttendFn kAttend[3][3] = {
+    {attend_typed<KV_F32, KV_F32>, attend_typed<KV_F32, KV_F16>, attend_typed<KV_F32, KV_BF16>},
+    {attend_typed<KV_F16, KV_F32>, attend_typed<KV_F16, KV_F16>, attend_typed<KV_F16, KV_BF16>},
+    {attend_typed<KV_BF16, KV_F32>, attend_typed<KV_BF16, KV_F16>, attend_typed<KV_BF16, KV_BF16>},
+};
+
+}  // namespace
+
+void attend(const AttentionTile& t) { kAttend[t.k_type][t.v_type](t); }
+
+}  // namespace ss
