@@ -19,12 +19,12 @@ import platform
 import time
 from pathlib import Path
 
-import torch
 
 from specserve import LLM, SamplingParams
+from specserve import kernels
 from specserve.llm import BUNDLED_MODEL
 from specserve.train.block_trainer import BlockTrainConfig, BlockTrainer
-from specserve.train.regen_data import build_regen_dataset
+from specserve.train.regen_data import build_regen_dataset, load_regen_dataset
 
 from block_drafters import run_cell
 from prompt_sets import CODE_PROMPTS
@@ -61,9 +61,12 @@ def main() -> None:
     parser.add_argument("--work", default="runs/block_backbones", help="folder for the trained drafters")
     parser.add_argument("--out", default="runs/block_backbones.json")
     args = parser.parse_args()
-    torch.set_num_threads(args.threads)
+    kernels.set_threads(args.threads)
     names = [c.strip() for c in args.configs.split(",") if c.strip()]
-    samples = build_regen_dataset(args.model, args.data, n_samples=args.data_samples, progress=False)
+    if Path(args.data).is_file():          # the user's data as it is
+        samples = load_regen_dataset(args.data)
+    else:
+        samples = build_regen_dataset(args.model, args.data, n_samples=args.data_samples, progress=False)
 
     rows = []
     baseline = LLM(args.model, n_parallel=args.parallel)

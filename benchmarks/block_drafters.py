@@ -18,9 +18,9 @@ import platform
 import time
 from pathlib import Path
 
-import torch
 
 from specserve import LLM, SamplingParams
+from specserve import kernels
 from specserve.llm import BUNDLED_DIR, BUNDLED_MODEL
 
 from prompt_sets import CODE_PROMPTS, TEXT_PROMPTS
@@ -71,7 +71,7 @@ def main() -> None:
     parser.add_argument("--out", default="runs/block_drafters.json")
     args = parser.parse_args()
     if args.threads:
-        torch.set_num_threads(args.threads)
+        kernels.set_threads(args.threads)
     configs = [c.strip() for c in args.configs.split(",") if c.strip()]
     temps = [float(t) for t in args.temperatures.split(",")]
     parallels = [int(p) for p in args.parallel.split(",")]
@@ -111,7 +111,7 @@ def main() -> None:
                     cells.append(cell)
 
     print(f"\nblock drafters benchmark: {Path(args.model).name}, {args.n_tokens} tokens x {len(CODE_PROMPTS)} prompts "
-          f"per cell, --spec-draft-n-max {args.n_max}, {torch.get_num_threads()} threads, best of {args.repeats}\n")
+          f"per cell, --spec-draft-n-max {args.n_max}, {kernels.threads()} threads, best of {args.repeats}\n")
     header = f"{'prompts':<6} {'T':>3} {'par':>3}  {'config':<16} {'tok/s':>7} {'speedup':>7} {'tau':>5}  " \
              f"{'draft ms':>8}  same  acceptance per position"
     print(header)
@@ -139,7 +139,7 @@ def main() -> None:
             summary[f"dspark_speedup_T0_code_par{c['parallel']}"] = c["speedup"]
             print(f"DSpark speedup over no speculation, T=0, code, {c['parallel']} request(s): {c['speedup']:.2f}x")
     result = {"model": args.model, "dflash": args.dflash, "dspark": args.dspark, "n_tokens": args.n_tokens,
-              "n_max": args.n_max, "threads": torch.get_num_threads(), "machine": platform.processor(),
+              "n_max": args.n_max, "threads": kernels.threads(), "machine": platform.processor(),
               "cells": cells, "summary": summary}
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(result, indent=2))

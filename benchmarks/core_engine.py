@@ -19,6 +19,7 @@ from pathlib import Path
 import torch
 
 from specserve import LLM, SamplingParams
+from specserve import kernels
 from specserve.commands.demo import DEMO_PROMPT
 from specserve.llm import BUNDLED_MODEL
 
@@ -69,22 +70,24 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("-m", "--model", default=str(BUNDLED_MODEL))
     parser.add_argument("-n", "--n-tokens", type=int, default=200)
-    parser.add_argument("-t", "--threads", type=int, default=0, help="torch threads for both engines (0 = default)")
+    parser.add_argument("-t", "--threads", type=int, default=0,
+                        help="threads for both engines (0 = the physical cores)")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--out", default="runs/core_engine.json")
     args = parser.parse_args()
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    kernels.set_threads(args.threads)
     from transformers import AutoModelForCausalLM
 
-    rows, result = [], {"model": args.model, "threads": torch.get_num_threads(), "machine": platform.processor()}
+    rows, result = [], {"model": args.model, "threads": kernels.threads(), "machine": platform.processor()}
     single = LLM(args.model)
     prompt_ids = single.tokenizer.encode(CODE_PROMPTS[1])
     single.generate(prompt_ids, SamplingParams(temperature=0, max_tokens=8))          # warm-up
     hf = AutoModelForCausalLM.from_pretrained(args.model, dtype=torch.float32).eval()
     hf_decode(hf, prompt_ids, 8)()
     ours = best_of(ours_decode(single, prompt_ids, args.n_tokens), args.repeats)
+    torch.set_num_threads(kernels.threads())     # transformers computes with PyTorch's own threads
     theirs = best_of(hf_decode(hf, prompt_ids, args.n_tokens), args.repeats)
+    torch.set_num_threads(1)
     same = ours["tokens"] == theirs["tokens"]
     rows.append(("batch-1 decode, transformers generate()", theirs["tokens_per_s"], 1.0, ""))
     rows.append(("batch-1 decode, specserve", ours["tokens_per_s"], ours["tokens_per_s"] / theirs["tokens_per_s"],
@@ -118,7 +121,7 @@ def main() -> None:
                                         "same_tokens": same, "stats": spec.stats_lines()}
 
     print(f"\ncore engine benchmark: {Path(args.model).name}, greedy, {args.n_tokens} tokens, "
-          f"{torch.get_num_threads()} threads\n")
+          f"{kernels.threads()} threads\n")
     print(f"{'configuration':<42} {'tokens/s':>10} {'ratio':>7}  note")
     print("-" * 75)
     for name, tps, ratio, note in rows:

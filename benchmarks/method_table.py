@@ -20,9 +20,9 @@ import platform
 import time
 from pathlib import Path
 
-import torch
 
 from specserve import LLM, SamplingParams
+from specserve import kernels
 from specserve.errors import SpecServeError
 from specserve.bundled import shipped_drafters
 from specserve.llm import BUNDLED_MODEL
@@ -97,12 +97,12 @@ def main() -> None:
     parser.add_argument("--sets", default="code,free-text")
     parser.add_argument("--temperatures", default="0,1")
     parser.add_argument("-t", "--threads", type=int, default=1,
-                        help="torch threads (default 1, so that CPU time measures the work)")
+                        help="compute threads (default 1, so that CPU time measures the work)")
     parser.add_argument("--repeats", type=int, default=1, help="runs per setting; the fastest (CPU time) is kept")
     parser.add_argument("--out", default="runs/method_table.json")
     args = parser.parse_args()
     if args.threads > 0:
-        torch.set_num_threads(args.threads)
+        kernels.set_threads(args.threads)
     target = Path(args.model)
     temps = [float(t) for t in args.temperatures.split(",")]
     sets = args.sets.split(",")
@@ -135,7 +135,7 @@ def main() -> None:
                       f"cpu {r['cpu_s']:.2f}s speedup x{r['speedup']:.2f}", flush=True)
     print_table(results, sets, temps, target, args, skipped)
     out = {"model": str(target), "n_tokens": args.n_tokens, "n_max": args.n_max, "block_n_max": args.block_n_max,
-           "threads": torch.get_num_threads(),
+           "threads": kernels.threads(),
            "machine": platform.processor(), "minutes": (time.perf_counter() - t_start) / 60, "results": results,
            "skipped": [{"method": m, "reason": r} for m, r in skipped]}
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
@@ -146,7 +146,7 @@ def main() -> None:
 def print_table(results, sets, temps, target, args, skipped) -> None:
     print(f"\nmethod table: {target.name}, {args.n_tokens} tokens per prompt, {len(PROMPT_SETS[sets[0]])} prompts "
           f"per set, --spec-draft-n-max {args.n_max} ({args.block_n_max} for block drafters), single stream, "
-          f"{torch.get_num_threads()} threads\n")
+          f"{kernels.threads()} threads\n")
     cols = [(s, t) for t in temps for s in sets]
     head = f"{'method':<22}" + "".join(f" | {s} T={t:g}".ljust(22) for s, t in cols)
     print(head)

@@ -24,9 +24,9 @@ import sysconfig
 import time
 from pathlib import Path
 
-import torch
 
 from specserve import LLM, SamplingParams
+from specserve import kernels
 from specserve.commands.demo import DEMO_PROMPT
 from specserve.llm import BUNDLED_MODEL
 from specserve.spec.ngram_cache_store import NGRAM_STATIC, NgramCache
@@ -219,7 +219,7 @@ def main() -> None:
     parser.add_argument("-m", "--model", default=str(BUNDLED_MODEL))
     parser.add_argument("-n", "--n-tokens", type=int, default=128, help="tokens generated per prompt")
     parser.add_argument("-t", "--threads", type=int, default=1,
-                        help="torch threads (default 1, so that CPU time measures the work)")
+                        help="compute threads (default 1, so that CPU time measures the work)")
     parser.add_argument("--repeats", type=int, default=2, help="runs per configuration; the fastest counts")
     parser.add_argument("--static-corpus", default=sysconfig.get_paths()["stdlib"],
                         help="folder of .py files for ngram-cache's static cache ('' to skip)")
@@ -228,14 +228,14 @@ def main() -> None:
     parser.add_argument("--out", default="runs/ngram_methods.json")
     args = parser.parse_args()
     if args.threads > 0:
-        torch.set_num_threads(args.threads)
+        kernels.set_threads(args.threads)
 
     base = LLM(args.model)
     if base.tokenizer is None:
         raise SystemExit(f"{args.model} has no tokenizer.json")
     sets = {name: [base.tokenizer.encode(p) for p in prompts] for name, prompts in SETS.items()}
     configs = list(CONFIGS)
-    result = {"model": args.model, "n_tokens": args.n_tokens, "threads": torch.get_num_threads(),
+    result = {"model": args.model, "n_tokens": args.n_tokens, "threads": kernels.threads(),
               "prompts": {k: len(v) for k, v in sets.items()}}
     if args.static_corpus:
         static_path, n_static = build_static_cache(Path(args.static_corpus), base.tokenizer,
@@ -273,7 +273,7 @@ def main() -> None:
     names = list(sets)
     print(f"\nn-gram methods: {Path(args.model).name}, greedy, {args.n_tokens} tokens per prompt, "
           f"{len(EDIT_PROMPTS)} code-editing + {len(FREE_PROMPTS)} free-continuation prompts, "
-          f"{torch.get_num_threads()} threads, best of {args.repeats}\n")
+          f"{kernels.threads()} threads, best of {args.repeats}\n")
     head = "".join(f" | {n:^36}" for n in names)
     print(f"{'method':<28}{head}")
     print(f"{'':<28}" + " | acc.rate mean len speedup  tok/s same" * len(names))

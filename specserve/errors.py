@@ -18,7 +18,13 @@ class OptionError(SpecServeError, ValueError):
 
 
 class InvalidRequestError(SpecServeError, ValueError):
-    """A request cannot be served as given (bad sampling values, empty prompt...)."""
+    """A request cannot be served as given (bad sampling values, empty prompt...).
+
+    `param` names the request field at fault when it is not the prompt."""
+
+    def __init__(self, message: str, param: str | None = None):
+        super().__init__(message)
+        self.param = param
 
 
 class ContextOverflowError(InvalidRequestError):

@@ -1,6 +1,7 @@
 """The Python API: `LLM(model_dir, draft_model=None, spec_type="none", **options)`."""
 from __future__ import annotations
 
+import inspect
 import itertools
 import logging
 from pathlib import Path
@@ -29,10 +30,11 @@ BUNDLED_MODEL = BUNDLED_DIR / "stdlib-coder"
 
 def load_engine(model: str | Path | None = None, draft_model: str | Path | None = None,
                 spec_type: str | list[str] | None = "none", n_parallel: int = 1, ctx_size: int = 0,
-                n_batch: int = 512, dtype: str = "auto", threads: int = 0, kernels: str | None = None,
+                n_batch: int = 512, dtype: str = "auto", threads: int | None = None, kernels: str | None = None,
                 quant: str | None = None, cache_type_k: str = "f32", cache_type_v: str = "f32", **spec_options):
     """(engine, tokenizer) for a model folder, with the requested speculative types.
 
+    threads: compute threads (0 = the physical cores; None keeps the process setting);
     kernels: auto / native / torch (None keeps the process setting, SPECSERVE_KERNELS by default);
     quant: None or "int8", the target's weight quantization on the native kernels;
     cache_type_k / cache_type_v: the KV cache's element types, f32 (default), f16 or bf16 (native kernels).
@@ -45,7 +47,8 @@ def load_engine(model: str | Path | None = None, draft_model: str | Path | None 
     options = default_spec_options()
     unknown = sorted(set(spec_options) - set(options))
     if unknown:
-        raise OptionError(f"unknown option(s) {', '.join(unknown)}; valid: {', '.join(sorted(options))}")
+        valid = sorted(set(options) | set(inspect.signature(load_engine).parameters) - {"spec_options"})
+        raise OptionError(f"unknown option(s) {', '.join(unknown)}; valid: {', '.join(valid)}")
     options.update(spec_options)
     if draft_model is not None:
         options["spec_draft_model"] = str(draft_model)
@@ -56,6 +59,9 @@ def load_engine(model: str | Path | None = None, draft_model: str | Path | None 
     # a folder without tokenizer.json still serves token-id prompts
     tokenizer = Tokenizer(model_dir) if (model_dir / "tokenizer.json").is_file() else None
     ctx = ctx_size or target.config.max_position_embeddings
+    if ctx > target.config.max_position_embeddings:
+        log.warning("context size %d is beyond the %d positions %s was trained for: expect worse output past "
+                    "them", ctx, target.config.max_position_embeddings, model_dir.name)
     driver = build_driver(types, ProposerContext(target=target, n_slots=n_parallel, max_ctx=ctx, options=options,
                                                  draft_model_dir=options.get("spec_draft_model"),
                                                  tokenizer=tokenizer))

@@ -13,7 +13,7 @@ import os
 
 from .errors import OptionError
 from .spec.base import Option
-from .spec.registry import all_options
+from .spec.registry import all_options, available_types
 
 MODEL_OPTIONS = [
     Option(("-m", "--model"), "model", str, None, "model folder (Hugging Face layout); default: the bundled model",
@@ -71,7 +71,7 @@ SPEC_OPTIONS = [
            "weight quantization of the draft model or head: none or int8 (native kernels only); drafts are "
            "verified by the target, so output does not change"),
     Option(("--spec-type",), "spec_type", str, "none",
-           "comma-separated speculative types (see the README for the list); 'none' disables"),
+           "comma-separated speculative types: " + ", ".join(available_types()) + " ('none' disables)"),
     Option(("--spec-default",), "spec_default", bool, False,
            "when --spec-type is none or not given, use ngram-mod (n-match 24, n-min 48, n-max 64)"),
     Option(("-md", "--spec-draft-model", "--model-draft"), "spec_draft_model", str, None,

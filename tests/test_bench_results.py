@@ -112,3 +112,18 @@ def test_load_record_rejects_other_json(tmp_path):
     path.write_text("not json")
     with pytest.raises(OptionError, match="not a JSON file"):
         load_record(path)
+
+
+def test_a_category_without_drafts_says_so(tmp_path):
+    """A run that drafted nothing in a category shows "no drafts", not a noise speedup, and is never its best."""
+    from specserve.bench.compare import best_per_category, compare_text
+    rows = [{"category": "c", "run": "quiet", "base_pred_t_s": 100.0, "spec_pred_t_s": 104.0, "decode_speedup": 1.04,
+             "latency_speedup": 1.03, "accept_rate": None, "mean_acceptance_length": None, "same_output": 2,
+             "samples_compared": 2, "drafted": 0},
+            {"category": "c", "run": "busy", "base_pred_t_s": 100.0, "spec_pred_t_s": 101.0, "decode_speedup": 1.01,
+             "latency_speedup": 1.01, "accept_rate": 0.5, "mean_acceptance_length": 1.5, "same_output": 2,
+             "samples_compared": 2, "drafted": 10}]
+    best = best_per_category(rows)
+    assert [r["run"] for r in best] == ["busy"]
+    text = compare_text({"baseline": "none", "runs": ["quiet", "busy"], "rows": rows, "best": best})
+    assert "no drafts" in text and "1.04x" not in text and "1.01x" in text

@@ -123,7 +123,7 @@ def test_compare_table_and_json(runs, capsys, tmp_path):
         assert row["latency_speedup"] == pytest.approx(base[c]["avg_latency"] / spec[c]["avg_latency"])
         assert row["mean_acceptance_length"] == spec[c]["mean_acceptance_length"]
         assert row["same_output"] == row["samples_compared"] >= 1
-        assert f"{row['decode_speedup']:.2f}x" in text
+        assert f"{row['decode_speedup']:.2f}x" in text if row["drafted"] else "no drafts" in text
 
 
 def check_png(path):

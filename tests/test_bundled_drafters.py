@@ -6,6 +6,7 @@ from specserve import LLM, SamplingParams
 from specserve.bundled import STDLIB_CODER_DRAFTERS, shipped_drafters
 from specserve.commands.demo import default_spec_types
 from specserve.llm import BUNDLED_MODEL
+from specserve.spec.registry import available_types
 from test_cli import run
 
 PROMPTS = ["def parse_header(line):\n    \"\"\"Parse a header line.\"\"\"\n", "class Stack:\n    def __init__(self):\n"]
@@ -33,10 +34,12 @@ def test_bundled_drafter_is_accepted_and_lossless(baseline, spec_type):
     assert 1 + stats["n_acc_tokens"] / stats["n_call_accept"] > 1.3      # runs of drafts are accepted
 
 
-def test_demo_compares_the_bundled_drafters():
-    assert default_spec_types() == "ngram-simple," + ",".join(STDLIB_CODER_DRAFTERS)
+def test_demo_compares_every_spec_type():
+    draftless = [t for t in available_types() if t != "none" and not t.startswith("draft-")]
+    assert default_spec_types().split(",") == draftless + list(STDLIB_CODER_DRAFTERS)
     r = run("demo", "-n", "24")
     assert r.returncode == 0, r.stderr
-    for name in STDLIB_CODER_DRAFTERS:
-        line = next(line for line in r.stdout.splitlines() if line.startswith(name))
-        assert "output identical to baseline: yes" in line
+    assert "The bundled model is a toy" in r.stdout and "-t 1" in r.stdout
+    for name in draftless + list(STDLIB_CODER_DRAFTERS):
+        line = next(line for line in r.stdout.splitlines() if line.startswith(name + " "))
+        assert "output identical to baseline: yes" in line, line

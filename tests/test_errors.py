@@ -71,8 +71,10 @@ def test_unknown_spec_type_lists_valid_ones():
 
 
 def test_unknown_option(tiny_qwen3):
-    with pytest.raises(OptionError, match="unknown option.*spec_ngram_simple_size_q"):
+    with pytest.raises(OptionError, match="unknown option.*spec_ngram_simple_size_q") as error:
         LLM(tiny_qwen3, spec_type="ngram-simple", spec_ngram_simple_size_q=3)
+    for name in ("n_parallel", "ctx_size", "n_batch", "dtype", "threads", "quant", "spec_draft_n_max"):
+        assert name in str(error.value)
 
 
 def test_bad_requests_leave_the_engine_usable(tiny_qwen3):

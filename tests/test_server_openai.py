@@ -161,6 +161,8 @@ def test_models_health_props_slots(server, tiny_qwen3):
     props = server.get("/props").json()
     assert props["total_slots"] == 4 and props["default_generation_settings"]["n_ctx"] == 512
     assert props["default_generation_settings"]["speculative"] is True and "<|im_start|>" in props["chat_template"]
+    params = props["default_generation_settings"]["params"]
+    assert params["repeat_last_n"] == 64 and params["speculative.n_max"] == props["speculative"]["n_max"]
     slots = server.get("/slots").json()
     assert [s["id"] for s in slots] == [0, 1, 2, 3] and not any(s["is_processing"] for s in slots)
     # --metrics was not given

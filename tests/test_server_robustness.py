@@ -86,8 +86,17 @@ BAD_REQUESTS = [
     ("/v1/completions", {"prompt": "x", "stop": 5}, 400, "'stop' must be a string or an array of strings"),
     ("/v1/completions", {"prompt": "x", "seed": 2 ** 70}, 400, "'seed' must be <="),
     ("/v1/completions", {"prompt": "x", "logprobs": 50}, 400, "'logprobs' must be <= 20"),
+    ("/v1/completions", {"prompt": "x", "logit_bias": {"99999": 1}}, 400, "logit_bias token id 99999 is outside"),
     ("/completion", {"prompt": "x", "n_predict": -7}, 400, "'n_predict' must be >= -1"),
     ("/completion", {"prompt": 3.5}, 400, "'prompt' must be a string"),
+    # JSON that no later step can handle: lone surrogates (in values, keys, nested) and deep nesting
+    ("/completion", b'{"prompt": "\\u0000\\ud800", "n_predict": 4}', 400, "'prompt' contains an unpaired UTF-16"),
+    ("/v1/completions", b'{"prompt": "x", "max_tokens": "\\u0000\\ud800"}', 400, "'max_tokens' contains an unpaired"),
+    ("/v1/chat/completions", b'{"messages": [{"role": "user", "content": "a\\udc00"}], "seed": 1}', 400,
+     "'messages[0].content' contains an unpaired UTF-16 surrogate"),
+    ("/v1/completions", b'{"\\ud800": 1, "prompt": "x"}', 400, "contains an unpaired UTF-16 surrogate"),
+    ("/v1/completions", b'{"prompt": ' + b"[" * 100000 + b"]" * 100000 + b"}", 400, "nested more than 100 levels"),
+    ("/v1/chat/completions", b'{"messages": ' + b"[" * 150 + b"]" * 150 + b"}", 400, "nested more than 100 levels"),
     ("/v1/nothing", {}, 404, "no route POST /v1/nothing"),
 ]
 
@@ -107,6 +116,8 @@ def test_malformed_requests_do_not_disturb_a_stream(server):
             error = r.json()["error"]
             assert message in error["message"], (message, error)
             assert set(error) == {"message", "type", "param", "code"}
+            if "logit_bias" in message:
+                assert error["param"] == "logit_bias"
         events = list(data_events(lines))
     text += "".join(e["choices"][0]["text"] for e in events if e["choices"])
     assert text == reference and events[-1]["choices"][0]["finish_reason"] == "length"

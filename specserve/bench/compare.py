@@ -3,7 +3,9 @@
 decode_speedup = spec avg_pred_t/s / baseline avg_pred_t/s and latency_speedup = baseline
 avg_latency / spec avg_latency (llama.cpp's speed_bench_compare.py), plus the speculative
 run's accept rate and mean acceptance length, and how many samples produced exactly the
-baseline's output (at temperature 0 speculation must not change a single token).
+baseline's output (at temperature 0 speculation must not change a single token). Where a run
+drafted nothing in a category its speedup measures only noise: the tables say "no drafts"
+instead, and such a run is never a category's best.
 """
 from __future__ import annotations
 
@@ -63,6 +65,7 @@ def compare(baseline: dict, specs: list[dict]) -> dict:
                 "latency_speedup": rate(b.get("avg_latency"), s.get("avg_latency")),
                 "accept_rate": s.get("accept_rate"), "mean_acceptance_length": s.get("mean_acceptance_length"),
                 "same_output": same[0] if same else None, "samples_compared": same[1] if same else None,
+                "drafted": s.get("draft_n"),
             })
     return {"kind": "compare", "baseline": labels[0], "runs": labels[1:], "rows": rows, "best": best_per_category(rows)}
 
@@ -72,15 +75,19 @@ def best_per_category(rows: list[dict]) -> list[dict]:
     best: dict[str, dict] = {}
     for row in rows:
         current = best.get(row["category"])
-        if row["decode_speedup"] is not None and (current is None or row["decode_speedup"] > current["decode_speedup"]):
+        if row["decode_speedup"] is None or row.get("drafted") == 0:
+            continue
+        if current is None or row["decode_speedup"] > current["decode_speedup"]:
             best[row["category"]] = row
     return [best[c] for c in dict.fromkeys(r["category"] for r in rows) if c in best]
 
 
 def _cells(row: dict) -> list[str]:
     same = "n/a" if row["same_output"] is None else f"{row['same_output']}/{row['samples_compared']}"
+    no_drafts = row.get("drafted") == 0
     return [row["category"], row["run"], speed(row["base_pred_t_s"]), speed(row["spec_pred_t_s"]),
-            times(row["decode_speedup"]), times(row["latency_speedup"]), ratio(row["accept_rate"]),
+            "no drafts" if no_drafts else times(row["decode_speedup"]),
+            "no drafts" if no_drafts else times(row["latency_speedup"]), ratio(row["accept_rate"]),
             length(row["mean_acceptance_length"]), same]
 
 

@@ -2,11 +2,13 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 from ..engine.request import Request
 from ..bundled import shipped_drafters
 from ..llm import load_engine
 from ..sampling import SamplingParams
+from ..spec.registry import available_types
 from .generate import timing_lines
 
 # The model is asked to write out a function it has just seen with one name changed:
@@ -33,16 +35,27 @@ def merge_sorted_lists(left, right):
 '''
 
 
+# small n-grams suit a short demo prompt; llama.cpp's defaults (12/48) need long histories
+NGRAM_SETTINGS = {"spec_ngram_simple_size_n": 4, "spec_ngram_simple_size_m": 32}
+TOY_NOTE = ("The bundled model is a toy: a 5.8M-parameter Qwen3-architecture model trained for minutes on the "
+            "Python standard library. It writes Python-looking text, not working programs; it is here to show "
+            "speed and losslessness, not quality.")
+
+
 def default_spec_types() -> str:
-    return ",".join(["ngram-simple", *shipped_drafters()])
+    return ",".join(t for t in available_types() if t != "none" and not t.startswith("draft-")) + "," + \
+        ",".join(shipped_drafters())
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-m", "--model", default=None, help="model folder (default: the bundled model)")
     parser.add_argument("-n", "--n-predict", type=int, default=160, help="tokens to generate")
+    parser.add_argument("-t", "--threads", type=int, default=1,
+                        help="compute threads (default 1: one thread measures reliably on a shared machine; "
+                             "0 = every physical core)")
     parser.add_argument("--spec-type", default=None,
                         help="speculative types to compare with the baseline (comma list, each run separately; "
-                             f"default: {default_spec_types()})")
+                             "default: every type, the draft-* ones with the bundled drafters)")
     parser.add_argument("-md", "--spec-draft-model", default=None,
                         help="draft model folder for draft-* types (default: the bundled drafters)")
     parser.add_argument("-p", "--prompt", default=DEMO_PROMPT, help="prompt (default: a code-editing prompt)")
@@ -61,17 +74,36 @@ def _run_once(model, spec_type, draft_model, prompt, n_predict, extra):
     return engine, request
 
 
+def _settings(spec_type: str, draft_model, extra: dict) -> str:
+    """What a run uses, in words."""
+    if spec_type == "none":
+        return "no speculation"
+    if spec_type.startswith("draft-"):
+        return f"drafter {Path(draft_model).name}, --spec-draft-n-max {extra.get('spec_draft_n_max', 3)}"
+    if spec_type == "ngram-simple":
+        return f"--spec-ngram-simple-size-n {NGRAM_SETTINGS['spec_ngram_simple_size_n']}, " \
+               f"-size-m {NGRAM_SETTINGS['spec_ngram_simple_size_m']}"
+    return "llama.cpp's defaults"
+
+
 def run(args) -> int:
-    spec_types = args.spec_type or default_spec_types()
-    runs = ["none"] + [t.strip() for t in spec_types.split(",") if t.strip() and t.strip() != "none"]
-    # small n-grams suit a short demo prompt; llama.cpp's defaults (12/48) need long histories
-    extra = {"spec_ngram_simple_size_n": 4, "spec_ngram_simple_size_m": 32}
+    requested = args.spec_type or default_spec_types()
+    runs = ["none"] + [t.strip() for t in requested.split(",") if t.strip() and t.strip() != "none"]
+    if args.model is None:
+        print(TOY_NOTE + "\n")
+    lines = args.prompt.splitlines()
+    print(f"prompt ({len(lines)} lines; greedy, {args.n_predict} tokens, -t {args.threads}, one run each: on a busy "
+          f"machine the speedups move by ~10 % between runs):")
+    print("\n".join("    " + line for line in lines[-6:]) + "\n")
     base_text, base_speed = None, None
-    print(f"prompt ({len(args.prompt)} chars), greedy, {args.n_predict} tokens\n")
     for spec_type in runs:
-        draft_model, run_extra = args.spec_draft_model, dict(extra)
-        if spec_type in shipped_drafters() and draft_model is None and args.model is None:
-            draft_model, run_extra["spec_draft_n_max"] = shipped_drafters()[spec_type]
+        draft_model, run_extra = args.spec_draft_model, dict(NGRAM_SETTINGS, threads=args.threads)
+        if spec_type.startswith("draft-") and draft_model is None:
+            shipped = shipped_drafters().get(spec_type) if args.model is None else None
+            if shipped is None:
+                print(f"{spec_type:<28} skipped: needs a draft model (-md DIR)")
+                continue
+            draft_model, run_extra["spec_draft_n_max"] = shipped
         engine, req = _run_once(args.model, spec_type, draft_model, args.prompt, args.n_predict, run_extra)
         out = req.snapshot()
         speed = out.timings["predicted_per_second"]
@@ -86,6 +118,7 @@ def run(args) -> int:
             same = "yes" if out.text == base_text else "NO"
             line += f"   speedup {speed / base_speed:5.2f}x   output identical to baseline: {same}"
         print(line)
+        print(f"    settings: {_settings(spec_type, draft_model, run_extra)}")
         for stat in timing_lines(out.timings)[1:2] + engine.request_stats_lines(req) + engine.driver_stats_lines():
             print("    " + stat)
     return 0

@@ -18,7 +18,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-p", "--prompt", help="prompt text")
     parser.add_argument("-f", "--file", help="read the prompt from a file")
     parser.add_argument("--json", action="store_true",
-                        help="print one JSON object (text, token_ids, finish_reason, timings, spec) instead")
+                        help="print one JSON object (text, token_ids, finish_reason, timings, spec) at the end, "
+                             "instead of the text as it is generated")
     add_engine_options(parser)
 
 
@@ -70,7 +71,9 @@ def timing_lines(timings: dict) -> list[str]:
 
 
 def text_from_args(args, what: str = "prompt") -> str:
-    """The text of -f/--file (read as UTF-8) or else -p/--prompt; a clear error without either."""
+    """The text of -f/--file (read as UTF-8) or of -p/--prompt; a clear error without either or with both."""
+    if args.file and args.prompt is not None:
+        raise OptionError(f"give the {what} with -p/--prompt or with -f/--file, not both")
     if args.file:
         path = Path(args.file)
         if not path.is_file():
@@ -87,6 +90,10 @@ def run(args) -> int:
     if tokenizer is None:
         raise OptionError(f"no tokenizer.json in the model folder {args.model}")
     request = Request("cli", tokenizer.encode(prompt), sampling_from_args(args))
+    if not args.json:          # as llama-completion does: the prompt, then the text as it is accepted
+        sys.stdout.write(prompt)
+        sys.stdout.flush()
+        request.on_update = lambda update: (sys.stdout.write(update.new_text), sys.stdout.flush())
     engine.add_request(request)
     while not request.finished:
         engine.step()
@@ -97,7 +104,7 @@ def run(args) -> int:
             "timings": out.timings, "spec": out.spec, "spec_statistics": engine.driver.stats_dict()
             if engine.driver else {}, "error": out.error}))
     else:
-        print(prompt + out.text)
+        print(out.new_text)    # whatever the last update still held back (a partial stop string that was not)
         for line in timing_lines(out.timings) + engine.request_stats_lines(request) + engine.driver_stats_lines():
             print(line, file=sys.stderr)
     return 1 if out.finish_reason == "error" else 0

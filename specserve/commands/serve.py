@@ -3,8 +3,10 @@ from __future__ import annotations
 
 import argparse
 import logging
+import socket
 from pathlib import Path
 
+from ..errors import OptionError
 from ..llm import BUNDLED_MODEL
 from ..options import add_engine_options, add_options, spec_option_values
 from ..spec.base import Option
@@ -49,14 +51,33 @@ def settings_from_args(args):
         spec_types=parse_spec_types(args.spec_type), spec_options=spec_option_values(args))
 
 
+def check_port(host: str, port: int) -> None:
+    """Fail before loading anything when the address cannot be listened on (busy port, unknown host)."""
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except socket.gaierror as exc:
+        raise OptionError(f"--host {host}: {exc.strerror}") from None
+    family, kind, proto, _, address = infos[0]
+    with socket.socket(family, kind, proto) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)      # as uvicorn binds
+        try:
+            probe.bind(address)
+        except OSError as exc:
+            raise OptionError(f"cannot listen on {host}:{port}: {exc.strerror} (is another server running there?)") \
+                from None
+
+
 def run(args) -> int:
     import uvicorn
 
     from ..server.app import create_app
+    check_port(args.host, args.port)
     settings = settings_from_args(args)
     engine, tokenizer = engine_from_args(args)
     # what actually runs (--spec-default may have chosen a type)
     settings.spec_types = [p.name for p in engine.driver.proposers] if engine.driver is not None else []
+    if engine.driver is not None:       # the longest draft that can really run (a drafter may clamp the option)
+        settings.spec_options = {**settings.spec_options, "spec_draft_n_max": engine.driver.max_draft()}
     app = create_app(engine, tokenizer, settings)
     log.info("serving %s on http://%s:%d: %d slots, context %d per slot, speculative types: %s%s",
              settings.model_name, args.host, args.port, engine.n_parallel, engine.ctx_size,

@@ -23,6 +23,7 @@ import torch
 from ..errors import OptionError
 from ..llm import BUNDLED_MODEL
 from ..models.block_drafter_backbone import DRAFT_ARCHS
+from ..models.config import load_config
 
 BLOCK_METHODS = ("dflash", "dspark")
 TRAINERS = {
@@ -52,7 +53,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="tokens per sequence (longer ones are cut)")
     parser.add_argument("--eval-samples", type=int, help="held-out samples measuring acceptance (32 block, 16 chain)")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--threads", type=int, default=0, help="CPU threads (0 = PyTorch's default)")
+    parser.add_argument("-t", "--threads", type=int, default=0, help="CPU threads (0 = PyTorch's default)")
 
     block = parser.add_argument_group("dflash / dspark options")
     block.add_argument("--data-samples", type=int, default=0, help="samples to generate when building --data")
@@ -89,11 +90,34 @@ def _command_line(args) -> str:
             f"--out {args.out} --steps {args.steps}")
 
 
+def check_options(args, block: bool) -> None:
+    """Values no trainer can use are errors here, not tracebacks later."""
+    minimums = {"--steps": (args.steps, 1), "--batch-size": (args.batch_size, 1), "--seq-len": (args.seq_len, 8),
+                "--eval-samples": (args.eval_samples, 0), "--threads": (args.threads, 0)}
+    if block:
+        minimums.update({"--block-size": (args.block_size, 1), "--layers": (args.layers, 1),
+                         "--anchors": (args.anchors, 1), "--taps": (args.taps, 1),
+                         "--markov-rank": (args.markov_rank, 0), "--checkpoint-every": (args.checkpoint_every, 1),
+                         "--data-samples": (args.data_samples, 0)})
+    for name, (value, minimum) in minimums.items():
+        if value < minimum:
+            raise OptionError(f"{name} must be at least {minimum}, got {value}")
+    if not args.lr > 0:
+        raise OptionError(f"--lr must be positive, got {args.lr}")
+    if args.method == "draft-simple" and args.draft_layers < 1:
+        raise OptionError(f"--draft-layers must be at least 1, got {args.draft_layers}")
+    if block:
+        n_layers = load_config(args.target).num_hidden_layers
+        if args.taps > n_layers:
+            raise OptionError(f"--taps {args.taps}: the target {args.target} has {n_layers} layers")
+
+
 def run(args) -> int:
     kind = 0 if args.method in BLOCK_METHODS else 1
     for name, defaults in KIND_DEFAULTS.items():
         if getattr(args, name) is None:
             setattr(args, name, defaults[kind])
+    check_options(args, block=kind == 0)
     return run_block_drafter(args) if kind == 0 else run_chain_drafter(args)
 
 
@@ -123,11 +147,14 @@ def run_chain_drafter(args) -> int:
 
     if args.threads > 0:
         torch.set_num_threads(args.threads)
-    if not args.data or not Path(args.data).is_file():
-        raise OptionError(f"data file not found: {args.data} (make it with python -m specserve.train.regen_data)")
+    if not args.data:
+        raise OptionError("give the training data: --data FILE (make it with python -m specserve.train.regen_data)")
     data = Path(args.data)
     torch.manual_seed(args.seed)
     samples = load_regen_dataset(data)
+    if args.eval_samples >= len(samples):
+        raise OptionError(f"--eval-samples {args.eval_samples} leaves nothing to train on: {data} holds "
+                          f"{len(samples)} samples")
     train_samples, eval_samples = split_samples(samples, args.eval_samples, args.seed)
     job = DrafterJob(target_dir=Path(args.target), out_dir=Path(args.out), train_samples=train_samples,
                      eval_samples=eval_samples,

@@ -74,7 +74,8 @@ class Engine:
         request.params.validate()
         bad = [t for t in request.params.logit_bias if t >= vocab]
         if bad:
-            raise InvalidRequestError(f"logit_bias token id {bad[0]} is outside the vocabulary (size {vocab})")
+            raise InvalidRequestError(f"logit_bias token id {bad[0]} is outside the vocabulary (size {vocab})",
+                                      param="logit_bias")
 
     def add_request(self, request: Request) -> None:
         self.validate(request)

@@ -20,7 +20,7 @@ from .threads import default_threads
 log = logging.getLogger("specserve.kernels")
 KERNEL_MODES = ("auto", "native", "torch")
 
-_state = {"requested": os.environ.get("SPECSERVE_KERNELS", "auto"), "lib": None, "error": None}
+_state = {"requested": os.environ.get("SPECSERVE_KERNELS", "auto"), "lib": None, "error": None, "threads": None}
 
 
 def _load():
@@ -36,7 +36,8 @@ def _load():
 
 
 def configure(kernels: str | None = None, threads: int | None = None) -> None:
-    """Choose the kernels (auto/native/torch) and the CPU thread count (0 = the physical cores)."""
+    """Choose the kernels (auto/native/torch) and the CPU thread count (0 = the physical cores; None
+    keeps the process's setting, which is the physical cores until something sets it)."""
     if kernels is not None:
         if kernels not in KERNEL_MODES:
             raise OptionError(f"--kernels must be one of {', '.join(KERNEL_MODES)}, got {kernels!r}")
@@ -45,12 +46,15 @@ def configure(kernels: str | None = None, threads: int | None = None) -> None:
             raise OptionError(f"--kernels native: the native kernels are unavailable: {_state['error']}")
     if threads is not None:
         set_threads(threads)
+    elif _state["threads"] is None:
+        set_threads(0)
 
 
 def set_threads(threads: int) -> int:
     """Threads for PyTorch and the native kernels; 0 picks the physical cores this process may use."""
     import torch
     n = threads if threads and threads > 0 else default_threads()
+    _state["threads"] = n
     lib = _load() if _state["requested"] != "torch" else None
     if lib is not None:
         # the kernels do the heavy work on their own threads; PyTorch's pool would only compete
@@ -60,6 +64,11 @@ def set_threads(threads: int) -> int:
     else:
         torch.set_num_threads(n)
     return n
+
+
+def threads() -> int:
+    """The compute threads in use (set by set_threads; the physical cores by default)."""
+    return _state["threads"] or default_threads()
 
 
 def requested() -> str:

@@ -21,6 +21,9 @@ def describe(value) -> str:
     return f"{JSON_TYPE_NAMES.get(type(value), type(value).__name__)} ({text})"
 
 
+MAX_DEPTH = 100          # nesting of objects and arrays; real requests stay far below
+
+
 def parse_json_object(raw: bytes) -> dict:
     if not raw.strip():
         raise bad_request("the request body is empty; expected a JSON object", code="invalid_json")
@@ -28,9 +31,44 @@ def parse_json_object(raw: bytes) -> dict:
         data = json.loads(raw)
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise bad_request(f"the request body is not valid JSON: {exc}", code="invalid_json") from None
+    except RecursionError:
+        raise bad_request(f"the request body is nested more than {MAX_DEPTH} levels deep",
+                          code="invalid_json") from None
     if not isinstance(data, dict):
         raise bad_request(f"the request body must be a JSON object, got {describe(data)}", code="invalid_json")
+    check_json_values(data)
     return data
+
+
+def check_json_values(data: dict) -> None:
+    """Reject what JSON can carry but no later step can handle: nesting deeper than MAX_DEPTH and
+    strings with unpaired UTF-16 surrogates ("\\ud800" alone is valid JSON, but not text)."""
+    stack = [(data, "", 1)]
+    while stack:
+        value, path, depth = stack.pop()
+        if depth > MAX_DEPTH:
+            raise bad_request(f"the request body is nested more than {MAX_DEPTH} levels deep", code="invalid_json")
+        items = value.items() if isinstance(value, dict) else enumerate(value)
+        for key, item in items:
+            where = f"{path}.{key}" if isinstance(key, str) and path else f"{path}[{key}]" if path else str(key)
+            for text in ((key, item) if isinstance(key, str) else (item,)):
+                if isinstance(text, str) and not _encodable(text):
+                    raise bad_request(f"'{_printable(where)}' contains an unpaired UTF-16 surrogate, which is not "
+                                      f"text", _printable(where.split(".")[0].split("[")[0]), "invalid_json")
+            if isinstance(item, (dict, list)):
+                stack.append((item, where, depth + 1))
+
+
+def _encodable(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+        return True
+    except UnicodeEncodeError:
+        return False
+
+
+def _printable(text: str) -> str:
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 class Body:

@@ -100,7 +100,7 @@ class Generation:
             self.task_ids.pop(request_id, None)
             self.final_only.pop(request_id, None)
             code = "context_length_exceeded" if isinstance(exc, ContextOverflowError) else "invalid_value"
-            raise bad_request(str(exc), prompt_param, code) from None
+            raise bad_request(str(exc), exc.param or prompt_param, code) from None
         log.info("task %d: queued %s (%d prompt tokens)", task, request_id, len(job.prompt_ids))
         if self.settings.timeout > 0:
             running.timer = asyncio.get_running_loop().call_later(self.settings.timeout, self._time_out, running)

@@ -120,6 +120,8 @@ class BlockTrainer:
             torch.set_num_threads(cfg.threads)
         self.target = CausalLM.from_pretrained(cfg.target_dir, dtype="float32")
         self.samples = self._load_samples(samples)
+        from .regen_data import samples_fingerprint
+        self.data_fingerprint = samples_fingerprint(self.samples)
         self.train_set, self.eval_set = self._split()
         mask = self._mask_token_id()
         dspark = cfg.method == "dspark"
@@ -158,6 +160,9 @@ class BlockTrainer:
             raise OptionError("no training sample has at least 3 regenerated tokens")
         order = torch.randperm(len(usable), generator=torch.Generator().manual_seed(self.cfg.seed)).tolist()
         n_eval = min(self.cfg.eval_samples, len(usable) // 10)
+        if n_eval < self.cfg.eval_samples:
+            log.warning("--eval-samples %d: only %d of %d usable samples are held out for evaluation (at most a "
+                        "tenth of the data)", self.cfg.eval_samples, n_eval, len(usable))
         return [usable[i] for i in order[n_eval:]], [usable[i] for i in order[:n_eval]]
 
     def _mask_token_id(self) -> int:
@@ -230,7 +235,8 @@ class BlockTrainer:
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(".tmp")
         torch.save({"step": self.step, "model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
-                    "scheduler": self.scheduler.state_dict(), "config": asdict(self.cfg)}, tmp)
+                    "scheduler": self.scheduler.state_dict(), "config": asdict(self.cfg),
+                    "data": self.data_fingerprint}, tmp)
         os.replace(tmp, path)
 
     def maybe_resume(self) -> bool:
@@ -243,6 +249,9 @@ class BlockTrainer:
             if saved.get(key, getattr(BlockTrainConfig, key, None)) != getattr(self.cfg, key):
                 raise OptionError(f"{self.checkpoint_path} was made with {key}={saved.get(key)!r}, this run has "
                                   f"{getattr(self.cfg, key)!r}: use another --out folder or the same settings")
+        if state.get("data", self.data_fingerprint) != self.data_fingerprint:
+            raise OptionError(f"{self.checkpoint_path} was trained on other data than {self.cfg.data_path or 'these samples'}"
+                              f": resume with the data file it started with, or use another --out folder")
         self.model.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])

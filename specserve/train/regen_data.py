@@ -17,11 +17,15 @@ import fcntl
 import hashlib
 import json
 import os
+import sys
+import tempfile
+import zipfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
 
+from ..errors import OptionError, SpecServeError
 from ..llm import LLM
 from ..sampling import SamplingParams
 from .corpus import list_files, read_source, split_files, stdlib_root
@@ -82,28 +86,69 @@ def save_regen_dataset(path: Path, samples: list[RegenSample], meta: dict) -> No
     os.replace(tmp, path)
 
 
+REGEN_KEYS = ("tokens", "offsets", "n_prompt", "meta")
+
+
+def _open_regen(path: str | Path):
+    """The npz of a regenerated data file, or an OptionError that says what the file is not."""
+    hint = "a regenerated data file (.npz made by python -m specserve.train.regen_data)"
+    if not Path(path).is_file():
+        raise OptionError(f"data file not found: {path} (expected {hint})")
+    try:
+        data = np.load(path, allow_pickle=False)
+    except (ValueError, OSError, EOFError, zipfile.BadZipFile) as exc:
+        raise OptionError(f"{path} is not {hint}: {exc}") from None
+    if not hasattr(data, "files") or any(key not in data.files for key in REGEN_KEYS):
+        found = ", ".join(getattr(data, "files", [])) or "no arrays"
+        raise OptionError(f"{path} is not {hint}: it holds {found}, not {', '.join(REGEN_KEYS)}")
+    return data
+
+
 def load_regen_dataset(path: str | Path) -> list[RegenSample]:
-    with np.load(path) as data:
+    with _open_regen(path) as data:
         tokens, offsets, n_prompt = data["tokens"].astype(np.int64), data["offsets"], data["n_prompt"]
     return [RegenSample(tokens[offsets[i]:offsets[i + 1]], int(n_prompt[i])) for i in range(len(n_prompt))]
 
 
 def regen_metadata(path: str | Path) -> dict:
-    with np.load(path) as data:
+    with _open_regen(path) as data:
         return json.loads(str(data["meta"]))
 
 
+def samples_fingerprint(samples: list[RegenSample]) -> str:
+    """sha1 of the samples' tokens and prompt lengths: a resumed training run checks it reads the same data."""
+    digest = hashlib.sha1()
+    for s in samples:
+        digest.update(np.asarray(s.tokens, dtype=np.int64).tobytes())
+        digest.update(int(s.n_prompt).to_bytes(8, "little", signed=True))
+    return digest.hexdigest()
+
+
+def _lock_path(out_path: Path) -> Path:
+    """A lock file for building out_path, kept out of the user's folder."""
+    key = hashlib.sha1(str(out_path.resolve()).encode()).hexdigest()[:16]
+    folder = Path(tempfile.gettempdir()) / "specserve-locks"
+    folder.mkdir(exist_ok=True)
+    return folder / f"regen-{key}.lock"
+
+
 def build_regen_dataset(target_dir: str | Path, out_path: str | Path, n_parallel: int = 16,
-                        progress: bool = True, **settings) -> list[RegenSample]:
-    """Generate (or reuse) the dataset at out_path. Concurrent callers wait for one builder."""
+                        progress: bool = True, overwrite: bool = False, **settings) -> list[RegenSample]:
+    """Generate (or reuse) the dataset at out_path. Concurrent callers wait for one builder. A file
+    made with other settings (or another target) is an error unless `overwrite`: it may be someone's data."""
     cfg = RegenSettings(**settings)
     target_dir, out_path = Path(target_dir), Path(out_path)
     out_path.parent.mkdir(parents=True, exist_ok=True)
     fingerprint = _fingerprint(target_dir, cfg)
-    with open(out_path.with_name(out_path.name + ".lock"), "w") as lock:
+    with open(_lock_path(out_path), "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        if out_path.is_file() and regen_metadata(out_path).get("fingerprint") == fingerprint:
-            return load_regen_dataset(out_path)
+        if out_path.is_file():
+            if regen_metadata(out_path).get("fingerprint") == fingerprint:
+                return load_regen_dataset(out_path)
+            if not overwrite:
+                raise OptionError(f"{out_path} exists and was made from another target or with other settings "
+                                  f"(samples, new tokens, seed): give another output path, or overwrite it on "
+                                  f"purpose (--overwrite)")
         llm = LLM(target_dir, n_parallel=n_parallel)
         prompts = _prompts(llm.tokenizer, cfg)
         rng = np.random.default_rng(cfg.seed + 1)
@@ -131,7 +176,7 @@ def build_regen_dataset(target_dir: str | Path, out_path: str | Path, n_parallel
         return samples
 
 
-def main(argv=None) -> None:
+def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--target", required=True, help="target model folder")
     parser.add_argument("--out", required=True, help="output .npz file")
@@ -139,12 +184,19 @@ def main(argv=None) -> None:
     parser.add_argument("--new-tokens", type=int, default=RegenSettings.new_tokens)
     parser.add_argument("--seed", type=int, default=RegenSettings.seed)
     parser.add_argument("-np", "--parallel", type=int, default=16)
+    parser.add_argument("--overwrite", action="store_true",
+                        help="replace an existing --out file made with other settings (default: an error)")
     args = parser.parse_args(argv)
-    samples = build_regen_dataset(args.target, args.out, n_parallel=args.parallel, n_samples=args.samples,
-                                  new_tokens=args.new_tokens, seed=args.seed)
+    try:
+        samples = build_regen_dataset(args.target, args.out, n_parallel=args.parallel, n_samples=args.samples,
+                                      new_tokens=args.new_tokens, seed=args.seed, overwrite=args.overwrite)
+    except SpecServeError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
     print(json.dumps(regen_metadata(args.out)))
     print(f"{len(samples)} samples written to {args.out}")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

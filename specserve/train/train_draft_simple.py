@@ -15,6 +15,7 @@ from safetensors.torch import save_file
 
 from ..models.config import config_from_dict
 from ..models.transformer import CausalLM
+from ..errors import OptionError
 from .draft_loop import optimize
 from .draft_windows import WindowSampler
 from .drafter_common import (DrafterJob, usage, copy_tokenizer, eval_prompts, load_frozen_target, measure_acceptance,
@@ -30,13 +31,19 @@ def add_arguments(group) -> None:
 
 
 def _init_indices(spec: str, n_draft: int, n_target: int) -> list[int]:
+    if n_draft < 1:
+        raise OptionError(f"--draft-layers must be at least 1, got {n_draft}")
     if spec == "first,last":
-        picks = [round(i * (n_target - 1) / max(n_draft - 1, 1)) for i in range(n_draft)]
-    else:
-        picks = [int(x) % n_target for x in spec.split(",")]
+        return [round(i * (n_target - 1) / max(n_draft - 1, 1)) for i in range(n_draft)]
+    try:
+        picks = [int(x) for x in spec.split(",")]
+    except ValueError:
+        raise OptionError(f"--init-layers must be 'first,last' or comma-separated layer indices, got {spec!r}") from None
+    if any(not -n_target <= p < n_target for p in picks):
+        raise OptionError(f"--init-layers {spec}: the target has layers 0..{n_target - 1}")
     if len(picks) != n_draft:
-        raise ValueError(f"--init-layers names {len(picks)} layers for a {n_draft}-layer draft")
-    return picks
+        raise OptionError(f"--init-layers names {len(picks)} layers for a {n_draft}-layer draft (--draft-layers)")
+    return [p % n_target for p in picks]
 
 
 def build_draft(target: CausalLM, n_layers: int, init: str) -> tuple[CausalLM, dict]:
