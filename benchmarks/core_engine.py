@@ -70,8 +70,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("-m", "--model", default=str(BUNDLED_MODEL))
     parser.add_argument("-n", "--n-tokens", type=int, default=200)
-    parser.add_argument("-t", "--threads", type=int, default=0,
-                        help="threads for both engines (0 = the physical cores)")
+    parser.add_argument("-t", "--threads", type=int, default=1,
+                        help="threads for both engines (default 1: it measures reliably on a shared machine; "
+                             "0 = the physical cores)")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--out", default="runs/core_engine.json")
     args = parser.parse_args()

@@ -85,7 +85,8 @@ def main() -> int:
         row["perplexity"] = perplexity(llm, tokens)
         rows.append(row)
         print(row, flush=True)
-    print(f"\nheld-out perplexity over {tokens.shape[0]} tokens of standard-library files the model never saw\n")
+    print(f"\nheld-out perplexity over {tokens.shape[0]} tokens of standard-library files the model never saw; "
+          f"speeds: one run, best of 3 requests\n")
     print("| weights | packed MB | held-out perplexity | tok/s -t 1 | tok/s -t 2 | greedy tokens equal to bf16 |")
     print("|---|---|---|---|---|---|")
     for r in rows:

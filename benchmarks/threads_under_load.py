@@ -74,6 +74,7 @@ def main() -> int:
             rows.append({"threads": threads, "neighbours": neighbours, "tokens_per_s": speed})
             print(f"-t {threads}  busy neighbours {neighbours}: {speed:8.1f} tokens/s", flush=True)
     base = next((r["tokens_per_s"] for r in rows if r["threads"] == 1 and r["neighbours"] == 0), None)
+    print(f"\n(one run; each figure the median of {args.repeats} requests)")
     print("\n| threads | busy neighbours | tokens/s | vs quiet -t 1 |\n|---|---|---|---|")
     for r in rows:
         ratio = f"{r['tokens_per_s'] / base:.2f}" if base else "-"

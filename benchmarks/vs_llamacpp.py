@@ -243,7 +243,7 @@ def main() -> int:
                     print(f"{case.name} t{threads} np{slots} {spec_type:14s} llama.cpp {fmt(result.llama_tok_s):>8} "
                           f"specserve {fmt(result.specserve_tok_s):>8} ratio {fmt(result.ratio, '{:.2f}')}",
                           flush=True)
-    print()
+    print("\n(one run of each configuration: on a machine doing other work, figures move by ~10 %)\n")
     print_table(results)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps({
