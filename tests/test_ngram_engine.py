@@ -74,7 +74,7 @@ def test_spec_default_enables_ngram_mod(tiny_qwen3):
     # an explicit type wins
     assert [p.name for p in LLM(tiny_qwen3, spec_type="ngram-simple", spec_default=True).engine.driver.proposers] \
         == ["ngram-simple"]
-    assert LLM(tiny_qwen3).engine.driver is None
+    assert not LLM(tiny_qwen3).engine.driver.enabled and LLM(tiny_qwen3).engine.driver.proposers == []
 
 
 def arr(xs):
@@ -96,12 +96,12 @@ def test_statistics_counters_hand_computed():
     drafts = driver.draft([DraftRequest(0, 10, 11, 2, arr(p0)), DraftRequest(1, 2, 6, 22, arr(p1))])
     assert drafts[0].tokens == [3, 4, 5] and drafts[1].tokens == [23, 20]
     assert mod.slots[1].n_draft_last == 3                  # recorded before the caller's cap
-    driver.accept(0, 2)
-    driver.accept(1, 0)
+    driver.verified(0, 3, 2, 3)
+    driver.verified(1, 2, 0, 5)
     # round 2: only slot 0 asks; map-k drafts at most the 2 accepted last time; ngram-mod is not called
     h0 = p0 + [2, 3, 4, 7, 1]
     assert driver.draft([DraftRequest(0, 10, 16, 2, arr(h0))])[0].tokens == [3, 4]
-    driver.accept(0, 2)
+    driver.verified(0, 2, 2, 3)
     # round 3: nobody drafts for slot 1: both are called, no accept follows
     assert driver.draft([DraftRequest(1, 10, 6, 99, arr([40, 41, 42, 43, 44, 45]))]) == {}
     lines = [line.split(", dur(b,g,a)")[0] for line in driver.stats_lines()]

@@ -59,8 +59,8 @@ def test_driver_precedence_truncation_and_counters():
     c1, c2 = driver.counters["first"], driver.counters["second"]
     assert (c1.n_call_begin, c1.n_call_draft, c1.n_gen_drafts, c1.n_gen_tokens) == (3, 1, 1, 3)
     assert (c2.n_call_draft, c2.n_gen_drafts, c2.n_gen_tokens) == (1, 1, 2)
-    driver.accept(0, 2)
-    driver.accept(1, 0)
+    driver.verified(0, 3, 2, 1)
+    driver.verified(1, 2, 0, 5)
     assert (c1.n_call_accept, c1.n_acc_drafts, c1.n_acc_tokens, c1.n_acc_per_pos) == (1, 1, 2, [1, 1])
     assert (c2.n_call_accept, c2.n_acc_drafts, c2.n_acc_tokens) == (1, 0, 0)
     assert first.accepts == [(0, 2, False), (1, 0, True)]

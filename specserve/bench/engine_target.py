@@ -29,7 +29,7 @@ class EngineTarget:
         self.engine, self.tokenizer = engine, tokenizer
         self.description = description
         self.defaults = SamplingDefaults()
-        self.num_spec_tokens = engine.driver.max_draft() if engine.driver is not None else 0
+        self.num_spec_tokens = engine.driver.max_draft()
         self.finished: dict[str, threading.Event] = {}
         self.lock = threading.Lock()
         self._ids = itertools.count()
@@ -70,7 +70,7 @@ class EngineTarget:
             return TurnResult(latency=latency, error=f"request {out.finish_reason}: {out.error or 'no detail'}")
         ttft = request.t_first_token - request.t_arrival if out.token_ids else None
         metrics = None
-        if self.engine.driver is not None:
+        if self.engine.driver.enabled:
             metrics = {"speculative_decoding": request.spec.vllm_metrics(self.num_spec_tokens)}
         return turn_from_response(out.text, output_usage(out), out.timings, metrics, out.finish_reason, latency,
                                   ttft)

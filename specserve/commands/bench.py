@@ -138,7 +138,7 @@ def _target(args, concurrency: int):
     engine_args = Namespace(**vars(args))
     engine_args.model = args.model_dir
     engine, tokenizer = engine_from_args(engine_args, n_parallel=args.parallel or concurrency)
-    types = [p.name for p in engine.driver.proposers] if engine.driver is not None else []
+    types = [p.name for p in engine.driver.proposers]
     config = {"model_dir": args.model_dir, "model": args.model, "spec_types": types,
               "server_slots": engine.n_parallel, "spec_options": _changed_spec_options(args)}
     return EngineTarget(engine, tokenizer, config), config

@@ -75,8 +75,8 @@ def run(args) -> int:
     settings = settings_from_args(args)
     engine, tokenizer = engine_from_args(args)
     # what actually runs (--spec-default may have chosen a type)
-    settings.spec_types = [p.name for p in engine.driver.proposers] if engine.driver is not None else []
-    if engine.driver is not None:       # the longest draft that can really run (a drafter may clamp the option)
+    settings.spec_types = [p.name for p in engine.driver.proposers]
+    if engine.driver.enabled:           # the longest draft that can really run (a drafter may clamp the option)
         settings.spec_options = {**settings.spec_options, "spec_draft_n_max": engine.driver.max_draft()}
     app = create_app(engine, tokenizer, settings)
     log.info("serving %s on http://%s:%d: %d slots, context %d per slot, speculative types: %s%s",

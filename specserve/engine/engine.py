@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import collections
 import logging
+from dataclasses import dataclass
 import threading
 import time
 
@@ -25,14 +26,24 @@ from ..models.step_batch import StepBatch
 from ..models.tokenizer import IncrementalDetokenizer, Tokenizer
 from ..models.transformer import CausalLM
 from ..penalties import adjust_logits
-from ..sampling import make_generator, sample_rows, target_probs
-from ..spec.base import DraftRequest, TargetBatch
-from ..spec.driver import SpecDriver
-from ..spec.verify import verify_greedy, verify_rejection, verify_sample_compare
+from ..sampling import make_generator
+from ..spec.base import Draft, DraftRequest, TargetBatch
+from ..spec.driver import NullDriver, SpecDriver
+from ..spec.verify import verify
 from .request import Request, State, TokenLogprob
 from .stopping import StopChecker
 
 log = logging.getLogger("specserve.engine")
+
+
+@dataclass
+class SlotWork:
+    """One slot's part of a step: its draft, its first output row (-1: none, a prompt chunk with more to
+    come) and, for a prompt chunk, where the chunk ends."""
+    request: Request
+    draft: Draft | None
+    first_row: int
+    chunk_end: int | None = None
 
 
 class Engine:
@@ -48,7 +59,7 @@ class Engine:
         self.n_parallel = n_parallel
         self.cache = target.new_cache(n_parallel, self.ctx_size, cache_types)
         self.device = target.device
-        self.driver = driver
+        self.driver = driver if driver is not None else NullDriver(n_parallel)
         self.slots: list[Request | None] = [None] * n_parallel
         self.waiting: collections.deque[Request] = collections.deque()
         self.lock = threading.Lock()
@@ -155,9 +166,22 @@ class Engine:
         self.n_steps += 1
         return True
 
-    def _draft(self, generating: list[Request]) -> dict:
-        if self.driver is None or not generating:
-            return {}
+    def _run(self, active: list[Request]) -> None:
+        """One step, as the algorithm reads: draft, one target forward over every slot's rows, verify
+        each slot and commit what it keeps."""
+        t_start = time.perf_counter()
+        generating = [r for r in active if r.state == State.GENERATING]
+        drafts = self._draft(generating)
+        work, batch = self._plan(active, drafts)
+        out = self.target.forward_step(batch, self.cache, taps=self.driver.taps,
+                                       want_final_hidden=self.driver.needs_final_hidden)
+        self.driver.process(TargetBatch(batch, out, {r.slot: r.state == State.PREFILL for r in active}))
+        self._commit(work, out)
+        if generating:
+            self.driver.step_done(time.perf_counter() - t_start)
+
+    def _draft(self, generating: list[Request]) -> dict[int, Draft]:
+        """Drafts for the generating slots, each capped by its context and max_tokens."""
         requests = []
         for r in generating:
             n_max = self.ctx_size - r.n_cached - 2
@@ -167,121 +191,87 @@ class Engine:
                 requests.append(DraftRequest(r.slot, n_max, r.n_cached, r.id_last, r.tokens[:r.n_cached],
                                              r.params.temperature, r.generator))
         drafts = self.driver.draft(requests) if requests else {}
-        for req in requests:
-            d = drafts.get(req.slot)
-            self.slots[req.slot].spec.n_draft_tokens += len(d.tokens) if d else 0
+        for slot, d in drafts.items():
+            self.slots[slot].spec.n_draft_tokens += len(d.tokens)
         return drafts
 
-    def _run(self, active: list[Request]) -> None:
-        t_start = time.perf_counter()
-        generating = [r for r in active if r.state == State.GENERATING]
-        prefilling = [r for r in active if r.state == State.PREFILL]
-        drafts = self._draft(generating)
-
-        rows, outputs, first_out, budget = [], [], {}, self.n_batch
-        for r in generating:
+    def _plan(self, active: list[Request], drafts: dict[int, Draft]) -> tuple[list[SlotWork], StepBatch]:
+        """The step's rows: [id_last, drafts...] per generating slot, then prompt chunks within n_batch."""
+        work, rows, outputs, n_rows, budget = [], [], [], 0, self.n_batch
+        for r in active:
+            if r.state != State.GENERATING:
+                continue
             draft = drafts.get(r.slot)
             ids = [r.id_last] + (draft.tokens if draft else [])
-            first_out[r.slot] = len(outputs)
-            start = sum(len(x[1]) for x in rows)
-            outputs.extend(range(start, start + len(ids)))
+            work.append(SlotWork(r, draft, len(outputs)))
+            outputs.extend(range(n_rows, n_rows + len(ids)))
             rows.append((r.slot, ids, r.n_cached))
+            n_rows += len(ids)
             budget -= len(ids)
-        chunk_end = {}
-        for r in prefilling:
-            if budget <= 0 and rows:
-                break
-            n_prompt = len(r.prompt_ids)
-            end = min(n_prompt, r.n_cached + max(budget, 1))
+        for r in active:
+            if r.state != State.PREFILL or (budget <= 0 and rows):
+                continue
+            end = min(len(r.prompt_ids), r.n_cached + max(budget, 1))
             ids = r.prompt_ids[r.n_cached:end]
-            start = sum(len(x[1]) for x in rows)
-            if end == n_prompt:
-                first_out[r.slot] = len(outputs)
-                outputs.append(start + len(ids) - 1)
+            last_chunk = end == len(r.prompt_ids)
+            work.append(SlotWork(r, None, len(outputs) if last_chunk else -1, chunk_end=end))
+            if last_chunk:
+                outputs.append(n_rows + len(ids) - 1)
             rows.append((r.slot, ids, r.n_cached))
-            chunk_end[r.slot] = end
+            n_rows += len(ids)
             budget -= len(ids)
+        return work, StepBatch.build(rows, outputs, device=self.device)
 
-        batch = StepBatch.build(rows, outputs, device=self.device)
-        driver = self.driver
-        out = self.target.forward_step(batch, self.cache, taps=driver.taps if driver else (),
-                                       want_final_hidden=bool(driver and driver.needs_final_hidden))
-        if driver is not None:
-            driver.process(TargetBatch(batch, out, {r.slot: r.state == State.PREFILL for r in active}))
+    def _commit(self, work: list[SlotWork], out) -> None:
+        """Verify every slot that has output rows and keep what it emits; a failure ends that request alone."""
         logits = out.logits
-        greedy = logits is not None and any(r.params.greedy for r in active)
         argmax = None
-        if greedy:
+        if logits is not None and any(w.request.params.greedy for w in work):
             argmax = (out.argmax if out.argmax is not None else logits.argmax(dim=-1)).tolist()
-
-        for r in generating:
+        for w in work:
+            r = w.request
             if r.finished:
                 continue
-            draft = drafts.get(r.slot)
-            k = len(draft.tokens) if draft else 0
-            i0 = first_out[r.slot]
+            if w.chunk_end is not None:
+                r.n_cached = w.chunk_end
+                if w.first_row < 0:                 # a prompt chunk with more to come
+                    continue
             try:
-                rows = self._adjusted(r, logits[i0:i0 + k + 1], draft.tokens if draft else ()) \
-                    if r.params.adjusts_logits else None
-                if r.params.greedy:
-                    best = argmax[i0:i0 + k + 1] if rows is None else rows.argmax(dim=-1).tolist()
-                    emitted = verify_greedy(draft.tokens if draft else [], best)
+                draft = w.draft.tokens if w.draft else []
+                rows, first, greedy = logits, w.first_row, argmax
+                if r.params.adjusts_logits:
+                    rows = adjust_logits(logits[first:first + len(draft) + 1], r.params, r.prompt_ids,
+                                         r.output_ids, draft)
+                    first, greedy = 0, None
+                emitted = verify(rows, draft, w.draft.q_probs if w.draft else None, r.params, r.generator,
+                                 greedy, first)
+                if w.chunk_end is None:
+                    self._advance(r, draft, emitted)
                 else:
-                    probs = target_probs(logits[i0:i0 + k + 1] if rows is None else rows, r.params)
-                    if draft is None:
-                        emitted = [int(sample_rows(probs, r.generator)[0])]
-                    elif draft.q_probs is None:
-                        emitted = verify_sample_compare(draft.tokens, probs, r.generator)
-                    else:
-                        emitted = verify_rejection(draft.tokens, probs, draft.q_probs, r.generator)
-                n_acc = len(emitted) - 1
-                self.cache.truncate(r.slot, r.n_cached + 1 + n_acc)
-                r.tokens[r.n_cached] = r.id_last
-                r.tokens[r.n_cached + 1:r.n_cached + 1 + n_acc] = emitted[:n_acc]
-                r.n_cached += 1 + n_acc
-                r.id_last = emitted[-1]
-                if draft is not None:
-                    r.spec.record(k, n_acc)
-                    driver.accept(r.slot, n_acc)
-                elif driver is not None:
-                    driver.no_draft(r.slot, emitted[0])
-                self._emit(r, emitted, logits, i0)
+                    self._start_generating(r, emitted[0])
+                self._emit(r, emitted, logits, w.first_row)
             except Exception as exc:
                 log.exception("request %s failed", r.request_id)
                 self._finish(r, "error", error=f"internal error: {type(exc).__name__}: {exc}")
 
-        for r in prefilling:
-            if r.slot not in chunk_end or r.finished:
-                continue
-            r.n_cached = chunk_end[r.slot]
-            if r.n_cached < len(r.prompt_ids):
-                continue
-            try:
-                row = logits[first_out[r.slot]:first_out[r.slot] + 1]
-                adjusted = self._adjusted(r, row)
-                if r.params.greedy:
-                    token = argmax[first_out[r.slot]] if adjusted is None else int(adjusted[0].argmax())
-                else:
-                    token = int(sample_rows(target_probs(row if adjusted is None else adjusted, r.params),
-                                            r.generator)[0])
-                r.state = State.GENERATING
-                r.t_first_token = time.perf_counter()
-                r.id_last = token
-                if driver is not None:
-                    driver.begin(r.slot, r.tokens[:r.n_cached])
-                self._emit(r, [token], logits, first_out[r.slot])
-            except Exception as exc:
-                log.exception("request %s failed", r.request_id)
-                self._finish(r, "error", error=f"internal error: {type(exc).__name__}: {exc}")
-        if driver is not None and generating:
-            driver.step_done(time.perf_counter() - t_start)
+    def _advance(self, r: Request, draft: list[int], emitted: list[int]) -> None:
+        """Keep id_last and the accepted drafts in the cache (the rest is rolled back) and tell the driver."""
+        n_acc = len(emitted) - 1
+        self.cache.truncate(r.slot, r.n_cached + 1 + n_acc)
+        r.tokens[r.n_cached] = r.id_last
+        r.tokens[r.n_cached + 1:r.n_cached + 1 + n_acc] = emitted[:n_acc]
+        r.n_cached += 1 + n_acc
+        r.id_last = emitted[-1]
+        if draft:
+            r.spec.record(len(draft), n_acc)
+        self.driver.verified(r.slot, len(draft), n_acc, emitted[0])
 
-    @staticmethod
-    def _adjusted(r: Request, rows: torch.Tensor, drafts=()) -> torch.Tensor | None:
-        """The rows with the request's logit bias and penalties applied (None: nothing to apply)."""
-        if not r.params.adjusts_logits:
-            return None
-        return adjust_logits(rows, r.params, r.prompt_ids, r.output_ids, drafts)
+    def _start_generating(self, r: Request, token: int) -> None:
+        """The prompt is in the cache and its last row gave the first token."""
+        r.state = State.GENERATING
+        r.t_first_token = time.perf_counter()
+        r.id_last = token
+        self.driver.begin(r.slot, r.tokens[:r.n_cached])
 
     # ------------------------------------------------------------------ output
     def _emit(self, r: Request, tokens: list[int], logits: torch.Tensor, first_row: int) -> None:
@@ -343,8 +333,7 @@ class Engine:
         if 0 <= r.slot < self.n_parallel and self.slots[r.slot] is r:
             self.slots[r.slot] = None
             self.cache.clear(r.slot)
-            if self.driver is not None:
-                self.driver.release(r.slot)
+            self.driver.release(r.slot)
         if self.on_finish is not None:
             self.on_finish(r)
         if r.on_update is not None:
@@ -352,8 +341,7 @@ class Engine:
 
     # ------------------------------------------------------------------ statistics
     def request_stats_lines(self, r: Request) -> list[str]:
-        n_positions = self.driver.max_draft() if self.driver else 0
-        return r.spec.lines(n_positions)
+        return r.spec.lines(self.driver.max_draft())
 
     def driver_stats_lines(self) -> list[str]:
-        return self.driver.stats_lines() if self.driver else []
+        return self.driver.stats_lines()

@@ -55,7 +55,7 @@ class Generation:
         self.task_ids: dict[str, int] = {}
         self.final_only: dict[str, RequestStream] = {}    # non-streaming requests, by id
         self._next_task = itertools.count()
-        self.num_spec_tokens = engine.driver.max_draft() if engine.driver is not None else 0
+        self.num_spec_tokens = engine.driver.max_draft()
         self.texts = TokenTexts(tokenizer)
         engine.on_finish = self._on_finish
 
@@ -136,7 +136,7 @@ class Generation:
     def extras(self, running: Running, out: RequestOutput) -> dict:
         """llama-server's `timings` and vLLM's per-request speculative metrics."""
         extras = {"timings": out.timings}
-        if self.engine.driver is not None:
+        if self.engine.driver.enabled:
             extras["metrics"] = {"speculative_decoding": running.request.spec.vllm_metrics(self.num_spec_tokens)}
         return extras
 

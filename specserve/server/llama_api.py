@@ -134,7 +134,7 @@ def props(engine: Engine, tokenizer: Tokenizer | None, settings: ServerSettings,
                          logit_bias=defaults.logit_bias)
     special = tokenizer.special if tokenizer is not None else {}
     return {
-        "default_generation_settings": {"id": 0, "n_ctx": engine.ctx_size, "speculative": engine.driver is not None,
+        "default_generation_settings": {"id": 0, "n_ctx": engine.ctx_size, "speculative": engine.driver.enabled,
                                         "is_processing": False,
                                         "params": generation_settings(params, settings)},
         "total_slots": engine.n_parallel, "model_path": settings.model_path, "model_alias": settings.model_name,
@@ -143,14 +143,14 @@ def props(engine: Engine, tokenizer: Tokenizer | None, settings: ServerSettings,
         "modalities": {"vision": False, "audio": False}, "build_info": f"specserve {version}",
         "endpoint_slots": True, "endpoint_metrics": settings.metrics,
         "speculative": {"types": settings.spec_types,
-                        "n_max": engine.driver.max_draft() if engine.driver is not None else 0},
+                        "n_max": engine.driver.max_draft()},
     }
 
 
 def slots(engine: Engine, settings: ServerSettings, task_ids: dict[str, int]) -> list[dict]:
     out = []
     for slot, request in enumerate(list(engine.slots)):
-        entry = {"id": slot, "id_task": -1, "n_ctx": engine.ctx_size, "speculative": engine.driver is not None,
+        entry = {"id": slot, "id_task": -1, "n_ctx": engine.ctx_size, "speculative": engine.driver.enabled,
                  "is_processing": request is not None}
         if request is not None:
             params = request.params

@@ -94,7 +94,7 @@ class ServerMetrics:
         for metric in (self.v_prompt_tokens, self.v_generation_tokens, self.v_e2e, self.v_ttft, self.v_tpot,
                        self.v_queue, self.v_drafts, self.v_draft_tokens, self.v_accepted_tokens):
             metric.labels(model_name)     # show up from the start, at 0
-        if engine.driver is not None:
+        if engine.driver.enabled:
             for pos in range(min(engine.driver.max_draft(), 64)):
                 self.spec_accepted_per_pos.labels(str(pos))
                 self.v_accepted_per_pos.labels(model_name, str(pos))

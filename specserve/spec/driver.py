@@ -17,6 +17,9 @@ from .stats import ImplCounters
 
 
 class SpecDriver:
+    """What the engine calls: begin (a prompt is in), draft, process (every target batch), verified
+    (a slot's verdict), release (a slot freed), step_done (for the scheduler's step cost)."""
+
     def __init__(self, proposers: list[Proposer], n_slots: int, scheduler: AcceptanceScheduler | None = None):
         self.proposers = proposers
         self.counters = {p.name: ImplCounters() for p in proposers}
@@ -103,17 +106,21 @@ class SpecDriver:
                 won[slot] = (p, d.truncate(n))
 
     def step_done(self, seconds: float) -> None:
-        """The engine finished a step that drafted (for --spec-schedule's cost of a step)."""
+        """The engine finished a step with generating slots (for --spec-schedule's cost of a step)."""
         if self.scheduler is not None:
             self.scheduler.note_step(seconds, self.rows_verified, self.drafted)
 
-    def no_draft(self, slot: int, emitted: int) -> None:
-        """A generating slot verified no draft this step; `emitted` is the token the target chose."""
+    def verified(self, slot: int, n_drafted: int, n_accepted: int, first_emitted: int) -> None:
+        """A generating slot was verified: n_accepted of its n_drafted tokens were kept, and the target's
+        first emitted token was first_emitted (what a draft the scheduler cut would have had to match)."""
+        if n_drafted:
+            self._accept(slot, n_accepted)
+            return
         first = self.unverified.get(slot)
         if first is not None:
-            self.scheduler.observe_unverified(slot, first == emitted)
+            self.scheduler.observe_unverified(slot, first == first_emitted)
 
-    def accept(self, slot: int, n_accepted: int) -> None:
+    def _accept(self, slot: int, n_accepted: int) -> None:
         impl = self.last_impl[slot]
         if impl is None:
             return
@@ -138,3 +145,13 @@ class SpecDriver:
 
     def stats_dict(self) -> dict:
         return {p.name: self.counters[p.name].as_dict() for p in self.proposers}
+
+
+class NullDriver(SpecDriver):
+    """No speculation: the driver with no proposers, so the engine never asks whether there is one."""
+
+    def __init__(self, n_slots: int = 1):
+        super().__init__([], n_slots)
+
+    def draft(self, requests: list[DraftRequest]) -> dict[int, Draft]:
+        return {}

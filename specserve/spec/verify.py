@@ -10,12 +10,30 @@ one target token (the correction at the first rejection, or the bonus).
   ("sample and compare", llama.cpp's rule; exactly the target distribution);
 * drafts with q: accept d_i with probability min(1, p(d_i)/q(d_i)); at the first
   rejection emit a sample of norm(max(0, p - q)); if all pass, a bonus from p.
+`verify` picks the rule; with an empty draft every rule is plain decoding of one token.
 """
 from __future__ import annotations
 
 import torch
 
-from ..sampling import sample_rows
+from ..sampling import SamplingParams, sample_rows, target_probs
+
+
+def verify(logits: torch.Tensor, draft: list[int], q_probs: torch.Tensor | None, params: SamplingParams,
+           generator: torch.Generator | None, argmax: list[int] | None = None, first_row: int = 0) -> list[int]:
+    """The tokens one slot emits from its rows of logits (rows first_row .. first_row + len(draft)): the
+    accepted draft prefix, then one token of the target's. `argmax` may carry every row's greedy token,
+    already computed (a decode step then touches no tensor at all)."""
+    end = first_row + len(draft) + 1
+    if params.greedy:
+        return verify_greedy(draft, argmax[first_row:end] if argmax is not None
+                             else logits[first_row:end].argmax(dim=-1).tolist())
+    probs = target_probs(logits[first_row:end], params)
+    if not draft:
+        return [int(sample_rows(probs, generator)[0])]
+    if q_probs is None:
+        return verify_sample_compare(draft, probs, generator)
+    return verify_rejection(draft, probs, q_probs, generator)
 
 
 def verify_greedy(draft: list[int], target_argmax: list[int]) -> list[int]:
