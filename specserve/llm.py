@@ -20,7 +20,8 @@ from .models.transformer import CausalLM
 from .options import default_spec_options
 from .sampling import SamplingParams
 from .spec.base import ProposerContext
-from .spec.registry import build_driver, resolve_spec_types
+from .spec.driver import build_driver
+from .spec.registry import resolve_spec_types
 
 log = logging.getLogger("specserve")
 

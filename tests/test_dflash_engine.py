@@ -132,6 +132,8 @@ def test_scheduled_verification_is_lossless(tiny_qwen3, reference, bigram_dspark
     table.write_text('{"rows": [1, 12, 13, 64], "seconds": [0.01, 0.01, 0.02, 0.08]}')
     llm = LLM(tiny_qwen3, draft_model=bigram_dspark[ANCHOR_FIRST], spec_type="draft-dspark", n_parallel=3,
               spec_draft_n_max=8, spec_dspark_schedule=True, spec_dspark_cost_table=str(table))
+    # one scheduler for every type: the DSpark flag turns it on and feeds it the confidence head
+    assert llm.engine.driver.scheduler is not None and llm.engine.driver.proposers[0].schedule
     outs = llm.generate(PROMPTS, _greedy())
     assert [o.token_ids for o in outs] == reference
     stats = _counters(llm)
@@ -139,8 +141,7 @@ def test_scheduled_verification_is_lossless(tiny_qwen3, reference, bigram_dspark
     # profiling at start-up (no table given) also works
     llm = LLM(tiny_qwen3, draft_model=bigram_dspark[ANCHOR_FIRST], spec_type="draft-dspark", n_parallel=2,
               spec_draft_n_max=4, spec_dspark_schedule=True)
-    proposer = llm.engine.driver.proposers[0]
-    assert proposer.cost_table.rows.tolist() == list(range(1, 2 * 5 + 1))
+    assert llm.engine.driver.scheduler.cost_table.rows.tolist() == list(range(1, 2 * 5 + 1))
     assert [o.token_ids for o in llm.generate(PROMPTS[:2], _greedy())] == reference[:2]
 
 

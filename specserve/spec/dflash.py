@@ -10,15 +10,15 @@ of the same size (the block-uniformity the Markov chain needs); the driver trunc
 to its own cap afterwards.
 
 DSpark adds the Markov chain (spec/markov_chain.py) and the confidence head: `--spec-draft-p-min`
-cuts a block at the first position predicted below P, and `--spec-dspark-schedule` chooses the
-verified lengths across the batch with the paper's Algorithm 1 (spec/confidence_schedule.py).
+cuts a block at the first position predicted below P, and with `--spec-schedule` (or its alias
+`--spec-dspark-schedule`) its drafts carry the head's predictions, which the batch scheduler
+(spec/acceptance_schedule.py, the paper's Algorithm 1) uses instead of its history estimate.
 At temperature > 0 DSpark samples its chain and hands q to rejection sampling; DFlash drafts
 greedily (one-hot verification) unless `--spec-dflash-sample sample`.
 """
 from __future__ import annotations
 
 import logging
-import time
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -29,9 +29,8 @@ from ..models.block_drafter import load_block_drafter
 from ..models.block_drafter_format import LAYOUTS
 from ..kernels.packed import check_quant
 from .base import Draft, DraftRequest, Option, Proposer, ProposerContext, TargetBatch
-from .confidence_schedule import confident_prefix_lengths, schedule_prefix_lengths
+from .confidence_schedule import confident_prefix_lengths
 from .markov_chain import gumbel_noise, run_block_chain
-from .step_cost import StepCostTable, profile_step_cost
 
 log = logging.getLogger("specserve.spec")
 
@@ -97,7 +96,6 @@ class DFlash(Proposer):
         self.drafter.quant = check_quant(opts.get("quant_draft"), "--quant-draft")
         self.cache = self.drafter.new_cache(ctx.n_slots, ctx.max_ctx)
         self.slots = [_SlotContext() for _ in range(ctx.n_slots)]
-        self.cost_table: StepCostTable | None = None
         self._check_confidence_options()
 
     def _check_confidence_options(self) -> None:
@@ -231,52 +229,25 @@ class DSpark(DFlash):
     uses_markov = True
     options = [
         Option(("--spec-dspark-schedule",), "spec_dspark_schedule", bool, False,
-               "draft-dspark: choose each slot's verified length across the batch from the confidence head "
-               "and the target's profiled steps-per-second curve (DSpark Algorithm 1, with its early stop)"),
+               "draft-dspark: --spec-schedule fed by the confidence head (the per-position acceptance it "
+               "predicts replaces the scheduler's estimate from history; DSpark's Algorithm 1)"),
         Option(("--spec-dspark-cost-table",), "spec_dspark_cost_table", str, None,
-               "draft-dspark: JSON step-cost table {\"rows\": [...], \"seconds\": [...]} for the scheduler "
-               "(default: profile the target at start-up)"),
+               "draft-dspark: the same as --spec-schedule-cost-table"),
     ]
 
     def _check_confidence_options(self) -> None:
         opts = self.ctx.options
-        self.schedule = bool(opts.get("spec_dspark_schedule", False))
+        # with a scheduler, drafts carry the confidence head's predictions for it to use
+        self.schedule = bool(opts.get("spec_dspark_schedule") or opts.get("spec_schedule"))
         has_head = self.drafter.confidence_head is not None
         if self.p_min > 0 and not has_head:
             raise OptionError(f"--spec-draft-p-min {self.p_min} needs a confidence head, and the DSpark draft "
                               f"{self.ctx.draft_model_dir} has none (set it to 0)")
-        if self.schedule and not has_head:
+        if opts.get("spec_dspark_schedule") and not has_head:
             raise OptionError(f"--spec-dspark-schedule needs a confidence head, and the DSpark draft "
-                              f"{self.ctx.draft_model_dir} has none")
-        if self.schedule:
-            path = opts.get("spec_dspark_cost_table")
-            self.draft_seconds = 0.0           # running mean of one draft call, part of each step's cost
-            if path:
-                self.cost_table = StepCostTable.load(path)
-            else:
-                max_rows = self.ctx.n_slots * (self.n_draft + 1)
-                self.cost_table = profile_step_cost(self.ctx.target, self.ctx.n_slots, max_rows)
-                log.info("draft-dspark: profiled the target for 1..%d rows per step", max_rows)
+                              f"{self.ctx.draft_model_dir} has none (--spec-schedule estimates from history)")
 
     def _confidence(self, rows: torch.Tensor, chain, base_logits: torch.Tensor) -> np.ndarray | None:
         if self.drafter.confidence_head is None or (self.p_min <= 0 and not self.schedule):
             return None
         return torch.sigmoid(self.drafter.confidence_logits(rows, chain.prev).float()).cpu().numpy()
-
-    def _choose_lengths(self, reqs, lengths: np.ndarray, confidence: np.ndarray | None) -> np.ndarray:
-        lengths = super()._choose_lengths(reqs, lengths, confidence)
-        if self.schedule and confidence is not None:
-            caps = np.minimum(lengths, [r.n_max for r in reqs])
-            table, draft_s = self.cost_table, self.draft_seconds
-            lengths = schedule_prefix_lengths(
-                confidence, lambda rows: 1.0 / (1.0 / table.steps_per_second(rows) + draft_s), caps)
-        return lengths
-
-    def draft(self, requests: list[DraftRequest]) -> dict[int, Draft]:
-        if not self.schedule:
-            return super().draft(requests)
-        t0 = time.perf_counter()
-        out = super().draft(requests)
-        elapsed = time.perf_counter() - t0
-        self.draft_seconds = elapsed if self.draft_seconds == 0 else 0.9 * self.draft_seconds + 0.1 * elapsed
-        return out

@@ -7,13 +7,17 @@ llama.cpp's semantics exactly (reference section 1.1 and 2.1).
 """
 from __future__ import annotations
 
+import logging
 import time
 
 import numpy as np
 
 from .acceptance_schedule import AcceptanceScheduler
-from .base import Draft, DraftRequest, Proposer, TargetBatch
+from .base import Draft, DraftRequest, Proposer, ProposerContext, TargetBatch
 from .stats import ImplCounters
+from .step_cost import StepCostTable, profile_step_cost
+
+log = logging.getLogger("specserve.spec")
 
 
 class SpecDriver:
@@ -155,3 +159,23 @@ class NullDriver(SpecDriver):
 
     def draft(self, requests: list[DraftRequest]) -> dict[int, Draft]:
         return {}
+
+
+def build_driver(spec_types: list[str], ctx: ProposerContext) -> SpecDriver:
+    """The driver for the enabled types, with the batch scheduler when --spec-schedule (or
+    --spec-dspark-schedule) asks for one; NullDriver when no type is enabled."""
+    from .registry import proposer_class
+    if not spec_types:
+        return NullDriver(ctx.n_slots)
+    proposers = [proposer_class(name)(ctx) for name in spec_types]
+    opts = ctx.options
+    scheduler = None
+    if opts.get("spec_schedule") or opts.get("spec_dspark_schedule"):
+        n_positions = max(p.max_draft() for p in proposers)
+        path = opts.get("spec_schedule_cost_table") or opts.get("spec_dspark_cost_table")
+        table = (StepCostTable.load(path) if path else
+                 profile_step_cost(ctx.target, ctx.n_slots, ctx.n_slots * (n_positions + 1)))
+        if not path:
+            log.info("profiled the target's step cost for 1..%d rows", ctx.n_slots * (n_positions + 1))
+        scheduler = AcceptanceScheduler(ctx.n_slots, n_positions, table)
+    return SpecDriver(proposers, ctx.n_slots, scheduler)

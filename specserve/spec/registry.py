@@ -8,10 +8,7 @@ from __future__ import annotations
 import importlib
 
 from ..errors import OptionError
-from .base import Option, Proposer, ProposerContext
-from .acceptance_schedule import AcceptanceScheduler
-from .driver import SpecDriver
-from .step_cost import StepCostTable, profile_step_cost
+from .base import Option, Proposer
 
 # llama.cpp's order, whatever order the user lists types in (reference section 1.2)
 PRECEDENCE = [
@@ -77,17 +74,3 @@ def resolve_spec_types(value: str | list[str] | None, spec_default: bool = False
 def all_options() -> list[Option]:
     """Options declared by every registered proposer (for the CLI and the server)."""
     return [opt for name in REGISTRY for opt in proposer_class(name).options]
-
-
-def build_driver(spec_types: list[str], ctx: ProposerContext) -> SpecDriver | None:
-    if not spec_types:
-        return None
-    proposers = [proposer_class(name)(ctx) for name in spec_types]
-    scheduler = None
-    if ctx.options.get("spec_schedule"):
-        n_positions = max(p.max_draft() for p in proposers)
-        path = ctx.options.get("spec_schedule_cost_table")
-        table = (StepCostTable.load(path) if path else
-                 profile_step_cost(ctx.target, ctx.n_slots, ctx.n_slots * (n_positions + 1)))
-        scheduler = AcceptanceScheduler(ctx.n_slots, n_positions, table)
-    return SpecDriver(proposers, ctx.n_slots, scheduler)
