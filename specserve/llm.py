@@ -10,6 +10,7 @@ import torch
 
 from .kernels import configure as configure_kernels
 from .engine.engine import Engine
+from .engine.service import EngineService
 from .engine.request import Request, RequestOutput
 from .errors import InvalidRequestError, OptionError
 from .kernels.capi import CACHE_TYPES
@@ -82,6 +83,7 @@ class LLM:
                  spec_type: str | list[str] = "none", **options):
         self.engine, self.tokenizer = load_engine(model, draft_model, spec_type, **options)
         self.target = self.engine.target
+        self.service = EngineService(self.engine)
         self._ids = itertools.count()
 
     def _prompt_ids(self, prompt) -> list[int]:
@@ -102,14 +104,7 @@ class LLM:
         if len(params) != len(prompts):
             raise OptionError(f"{len(prompts)} prompts but {len(params)} sampling params")
         requests = [Request(f"req-{next(self._ids)}", self._prompt_ids(p), sp) for p, sp in zip(prompts, params)]
-        for r in requests:
-            self.engine.validate(r)
-        for r in requests:
-            self.engine.add_request(r)
-        with torch.inference_mode():
-            while not all(r.finished for r in requests):
-                self.engine.step()
-        return [r.snapshot() for r in requests]
+        return self.service.run(requests)
 
     def score(self, token_ids: list[int]) -> torch.Tensor:
         """The served target's float32 logits at every position, shape [len(token_ids), vocab]: the same

@@ -2,21 +2,20 @@
 
 The same request bodies as over HTTP are validated by the server's own parsers (so the
 fields, defaults and errors are the server's), the engine steps on a background thread
-(the server's EngineLoop), and each worker thread waits for its request to finish. The
+(the engine service, as in the server), and each worker thread waits for its request to finish. The
 figures are the ones the server would return: `usage`, `timings` and
 `metrics.speculative_decoding`; TTFT is arrival to first token inside the engine.
 """
 from __future__ import annotations
 
 import itertools
-import threading
 import time
 
 from ..engine.engine import Engine
 from ..engine.request import Request
+from ..engine.service import EngineService
 from ..errors import InvalidRequestError
 from ..models.tokenizer import Tokenizer
-from ..server.engine_loop import EngineLoop
 from ..server.errors import ApiError
 from ..server.openai_responses import output_usage
 from ..server.openai_schema import check_room, parse_chat, parse_completion
@@ -30,18 +29,9 @@ class EngineTarget:
         self.description = description
         self.defaults = SamplingDefaults()
         self.num_spec_tokens = engine.driver.max_draft()
-        self.finished: dict[str, threading.Event] = {}
-        self.lock = threading.Lock()
         self._ids = itertools.count()
-        engine.on_finish = self._on_finish
-        self.loop = EngineLoop(engine)
-        self.loop.start()
-
-    def _on_finish(self, request: Request) -> None:     # engine thread
-        with self.lock:
-            event = self.finished.pop(request.request_id, None)
-        if event is not None:
-            event.set()
+        self.service = EngineService(engine)
+        self.service.start()
 
     def describe(self) -> dict:
         return dict(self.description)
@@ -49,21 +39,16 @@ class EngineTarget:
     def send(self, body: dict, endpoint: str) -> TurnResult:
         t0 = time.perf_counter()
         request_id = f"bench-{next(self._ids)}"
-        event = threading.Event()
         try:
             parse = parse_chat if endpoint == "chat" else parse_completion
             job = parse(body, self.tokenizer, self.defaults)
             check_room(job, self.engine.ctx_size)
             request = Request(request_id, job.prompt_ids, job.params)
-            with self.lock:
-                self.finished[request_id] = event
-            self.loop.submit(request)
+            self.service.submit(request)
         except (ApiError, InvalidRequestError) as exc:   # the server's checks, then the engine's
-            with self.lock:
-                self.finished.pop(request_id, None)
             message = exc.message if isinstance(exc, ApiError) else str(exc)
             return TurnResult(latency=time.perf_counter() - t0, error=f"invalid request: {message}")
-        event.wait()
+        self.service.wait(request)
         latency = time.perf_counter() - t0
         out = request.snapshot()
         if out.finish_reason in ("error", "abort"):
@@ -76,4 +61,4 @@ class EngineTarget:
                                   ttft)
 
     def close(self) -> None:
-        self.loop.stop()
+        self.service.stop()

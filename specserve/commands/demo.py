@@ -9,7 +9,7 @@ from ..bundled import shipped_drafters
 from ..llm import load_engine
 from ..sampling import SamplingParams
 from ..spec.registry import available_types
-from .generate import timing_lines
+from ..engine.request import timing_lines
 
 # The model is asked to write out a function it has just seen with one name changed:
 # the kind of edit where copying from the context (n-gram drafting) shines.

@@ -7,7 +7,7 @@ import re
 import sys
 from pathlib import Path
 
-from ..engine.request import Request
+from ..engine.request import Request, timing_lines
 from ..errors import OptionError
 from ..llm import load_engine
 from ..options import add_engine_options, spec_option_values
@@ -56,18 +56,6 @@ def parse_logit_bias_option(text: str | None) -> dict[int, float]:
         token, sign, value = match.groups()
         out[int(token)] = float(value) * (1 if sign == "+" else -1)
     return out
-
-
-def timing_lines(timings: dict) -> list[str]:
-    pn, pms = timings["prompt_n"], timings["prompt_ms"]
-    gn, gms = timings["predicted_n"], timings["predicted_ms"]
-    return [
-        f"prompt eval time = {pms:10.2f} ms / {pn:5d} tokens ({pms / max(pn, 1):8.2f} ms per token, "
-        f"{timings['prompt_per_second']:8.2f} tokens per second)",
-        f"       eval time = {gms:10.2f} ms / {gn:5d} tokens ({gms / max(gn, 1):8.2f} ms per token, "
-        f"{timings['predicted_per_second']:8.2f} tokens per second)",
-        f"      total time = {pms + gms:10.2f} ms / {pn + gn:5d} tokens",
-    ]
 
 
 def text_from_args(args, what: str = "prompt") -> str:

@@ -67,7 +67,7 @@ class Engine:
         if tokenizer is not None and tokenizer.eos_token_id is not None and not self.eos_ids:
             self.eos_ids.add(tokenizer.eos_token_id)
         self.n_steps = 0
-        self.on_finish = None          # optional callback(request) when a request ends
+        self.finish_listeners: list = []     # callback(request) when a request ends, on the step's thread
 
     # ------------------------------------------------------------------ queue
     def validate(self, request: Request) -> None:
@@ -334,8 +334,8 @@ class Engine:
             self.slots[r.slot] = None
             self.cache.clear(r.slot)
             self.driver.release(r.slot)
-        if self.on_finish is not None:
-            self.on_finish(r)
+        for listener in self.finish_listeners:
+            listener(r)
         if r.on_update is not None:
             r.on_update(r.snapshot())
 

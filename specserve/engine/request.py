@@ -48,6 +48,19 @@ class Timings:
         return d
 
 
+def timing_lines(timings: dict) -> list[str]:
+    """llama.cpp's three timing lines (prompt eval, eval, total) for a timings dict."""
+    pn, pms = timings["prompt_n"], timings["prompt_ms"]
+    gn, gms = timings["predicted_n"], timings["predicted_ms"]
+    return [
+        f"prompt eval time = {pms:10.2f} ms / {pn:5d} tokens ({pms / max(pn, 1):8.2f} ms per token, "
+        f"{timings['prompt_per_second']:8.2f} tokens per second)",
+        f"       eval time = {gms:10.2f} ms / {gn:5d} tokens ({gms / max(gn, 1):8.2f} ms per token, "
+        f"{timings['predicted_per_second']:8.2f} tokens per second)",
+        f"      total time = {pms + gms:10.2f} ms / {pn + gn:5d} tokens",
+    ]
+
+
 @dataclass
 class TokenLogprob:
     token_id: int

@@ -67,9 +67,9 @@ def create_app(engine: Engine, tokenizer: Tokenizer | None, settings: ServerSett
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
-        generation.loop.start()
+        generation.service.start()
         yield
-        generation.loop.stop()
+        generation.service.stop()
 
     app = FastAPI(title="specserve", version=__version__, lifespan=lifespan, docs_url=None, redoc_url=None)
     app.state.generation = generation

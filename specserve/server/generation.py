@@ -1,5 +1,5 @@
-"""Runs validated jobs through the engine loop and turns their updates into HTTP responses:
-whole JSON bodies, OpenAI SSE streams and llama-server /completion streams.
+"""Turns validated jobs into engine requests (through the engine service) and their updates into
+HTTP responses: whole JSON bodies, OpenAI SSE streams and llama-server /completion streams.
 
 A request ends early when its client disconnects or the server's --timeout passes; either
 way it is aborted in the engine, so its slot frees at the next step.
@@ -7,7 +7,6 @@ way it is aborted in the engine, so its slot frees at the next step.
 from __future__ import annotations
 
 import asyncio
-import itertools
 import json
 import logging
 import time
@@ -16,14 +15,14 @@ from collections.abc import AsyncIterator
 
 from fastapi import Request as HttpRequest
 
-from ..commands.generate import timing_lines
 from ..engine.engine import Engine
 from ..engine.request import Request, RequestOutput
+from ..engine.service import EngineService
 from ..errors import ContextOverflowError, InvalidRequestError
 from ..models.tokenizer import Tokenizer
 from . import llama_api
 from . import openai_responses as oai
-from .engine_loop import EngineLoop, RequestStream
+from .request_stream import RequestStream
 from .errors import ApiError, bad_request
 from .metrics import ServerMetrics
 from .openai_schema import Job, choice_jobs
@@ -50,54 +49,40 @@ class Running:
 class Generation:
     def __init__(self, engine: Engine, tokenizer: Tokenizer | None, settings: ServerSettings):
         self.engine, self.tokenizer, self.settings = engine, tokenizer, settings
-        self.loop = EngineLoop(engine)
+        self.service = EngineService(engine)
         self.metrics = ServerMetrics(engine, settings.model_name)
-        self.task_ids: dict[str, int] = {}
         self.final_only: dict[str, RequestStream] = {}    # non-streaming requests, by id
-        self._next_task = itertools.count()
         self.num_spec_tokens = engine.driver.max_draft()
         self.texts = TokenTexts(tokenizer)
-        engine.on_finish = self._on_finish
+        self.service.listeners.append(self._on_finish)
+
+    @property
+    def task_ids(self) -> dict[str, int]:
+        return self.service.task_ids
 
     # ------------------------------------------------------------ engine side
-    def _on_finish(self, r: Request) -> None:
+    def _on_finish(self, r: Request, task: int) -> None:
         """Engine thread: count the request, print llama-server's lines, hand a non-streaming request its
         output (in that order: once a client has its answer, the metrics and the log include it)."""
         try:        # bookkeeping must never fail a request or the engine step
-            self._count_and_log(r)
+            self.metrics.observe_finished(r)
+            log.info("\n".join(self.service.finished_lines(r, task)))
         except Exception:
             log.exception("statistics for request %s failed", r.request_id)
         waiting = self.final_only.pop(r.request_id, None)
         if waiting is not None:
             waiting.push(r.snapshot())
 
-    def _count_and_log(self, r: Request) -> None:
-        self.metrics.observe_finished(r)
-        task = self.task_ids.pop(r.request_id, -1)
-        if not r.t_start:
-            log.info("task %d: %s while waiting for a slot", task, r.finish_reason)
-            return
-        prefix = f"slot print_timing: id {r.slot:2d} | task {task} | "
-        lines = [prefix] + timing_lines(r.timings().as_dict(r.spec))
-        lines += self.engine.request_stats_lines(r) + self.engine.driver_stats_lines()
-        lines.append(f"slot      release: id {r.slot:2d} | task {task} | stop processing: "
-                     f"n_tokens = {len(r.prompt_ids) + len(r.output_ids)}, finish_reason = {r.finish_reason}"
-                     + (f", error = {r.error}" if r.error else ""))
-        log.info("\n".join(lines))
-
     # ------------------------------------------------------------ submission
     def submit(self, job: Job, request_id: str, prompt_param: str) -> Running:
         request = Request(request_id, job.prompt_ids, job.params)
         stream = RequestStream(request, asyncio.get_running_loop(), every_step=job.stream)
         running = Running(job, request, stream)
-        task = next(self._next_task)
-        self.task_ids[request_id] = task
         if not job.stream:
             self.final_only[request_id] = stream
         try:
-            self.loop.submit(request)
+            task = self.service.submit(request)
         except InvalidRequestError as exc:      # ContextOverflowError included
-            self.task_ids.pop(request_id, None)
             self.final_only.pop(request_id, None)
             code = "context_length_exceeded" if isinstance(exc, ContextOverflowError) else "invalid_value"
             raise bad_request(str(exc), exc.param or prompt_param, code) from None
@@ -109,13 +94,13 @@ class Generation:
     def _time_out(self, running: Running) -> None:
         if not running.stream.finished:
             running.timed_out = True
-            self.loop.abort(running.request.request_id)
+            self.service.abort(running.request.request_id)
 
     def _release(self, running: Running) -> None:
         if running.timer is not None:
             running.timer.cancel()
         if not running.stream.finished:     # the client went away: free the slot
-            self.loop.abort(running.request.request_id)
+            self.service.abort(running.request.request_id)
 
     async def _next(self, running: Running) -> RequestOutput:
         out = await running.stream.next()
@@ -167,7 +152,7 @@ class Generation:
             if message["type"] == "http.disconnect":
                 for running in runs:
                     log.info("client of %s disconnected; aborting it", running.request.request_id)
-                    self.loop.abort(running.request.request_id)
+                    self.service.abort(running.request.request_id)
                 return
 
     # ------------------------------------------------------------ OpenAI routes

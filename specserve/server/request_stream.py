@@ -1,74 +1,10 @@
-"""The engine's step loop on one background thread, and the bridge to asyncio.
-
-HTTP handlers never touch the model: they queue a Request and read its updates from a
-RequestStream. The loop thread runs `engine.step()` while any request is waiting or
-running and sleeps on a condition variable otherwise. Updates are handed to the event
-loop with `call_soon_threadsafe`.
-"""
+"""The bridge from the engine thread to asyncio: one request's updates, delivered on the event loop."""
 from __future__ import annotations
 
 import asyncio
 import collections
-import logging
-import threading
-import time
 
-import torch
-from ..engine.engine import Engine
 from ..engine.request import Request, RequestOutput
-
-log = logging.getLogger("specserve.server")
-
-
-class EngineLoop:
-    def __init__(self, engine: Engine):
-        self.engine = engine
-        self.wakeup = threading.Condition()
-        self.stopping = False
-        self.thread = threading.Thread(target=self._run, name="engine-loop", daemon=True)
-
-    def start(self) -> None:
-        self.thread.start()
-
-    def stop(self) -> None:
-        with self.wakeup:
-            self.stopping = True
-            self.wakeup.notify()
-        self.thread.join(timeout=30)
-
-    def submit(self, request: Request) -> None:
-        """Queue a request (raises InvalidRequestError / ContextOverflowError for bad ones)."""
-        with self.wakeup:
-            self.engine.add_request(request)
-            self.wakeup.notify()
-
-    def abort(self, request_id: str) -> None:
-        # the request frees its slot at the loop's next step
-        self.engine.abort(request_id)
-        with self.wakeup:
-            self.wakeup.notify()
-
-    def _run(self) -> None:
-        torch.inference_mode().__enter__()      # for the thread's lifetime: no per-step mode switch
-        while True:
-            with self.wakeup:
-                while not self.stopping and not self.engine.has_work():
-                    self.wakeup.wait()
-                if self.stopping:
-                    return
-            try:
-                self.engine.step()
-            except Exception:     # the engine catches step errors itself; this is the last line of defence
-                log.exception("engine step failed outside a request; aborting the requests in flight")
-                self._abort_everything()
-                time.sleep(0.05)
-
-    def _abort_everything(self) -> None:
-        engine = self.engine
-        with engine.lock:
-            ids = [r.request_id for r in list(engine.waiting) + [r for r in engine.slots if r is not None]]
-        for request_id in ids:
-            engine.abort(request_id)
 
 
 class RequestStream:
@@ -76,7 +12,7 @@ class RequestStream:
 
     With `every_step` the engine hands over a snapshot after each step (streaming);
     otherwise only the final output arrives, through `push` (called by the server's
-    on_finish hook), so a non-streaming request costs the event loop nothing per step.
+    finish listener), so a non-streaming request costs the event loop nothing per step.
     Each update's `logprobs` holds only the entries of its `new_token_ids`: the engine's
     list keeps growing on the engine thread, so the slice is taken there.
 
