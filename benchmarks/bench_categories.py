@@ -36,7 +36,7 @@ from specserve.bench.records import write_json  # noqa: E402
 from specserve.bench.results import SampleResult  # noqa: E402
 from specserve.bench.summary import summarise  # noqa: E402
 from specserve.bundled import STDLIB_CODER, shipped_drafters  # noqa: E402
-from specserve.spec.registry import available_types  # noqa: E402
+from specserve.spec.registry import available_types, proposer_class  # noqa: E402
 
 ENV = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
 
@@ -52,7 +52,7 @@ def configurations(args) -> tuple[dict[str, tuple[Path, int | None] | None], lis
     types = args.types.split(",") if args.types else [t for t in available_types() if t != "none"]
     chosen, skipped = {"none": None}, []
     for t in types:
-        if not t.startswith("draft-"):
+        if not proposer_class(t).model_drafter:
             chosen[t] = None
         elif t in drafters:
             chosen[t] = (Path(drafters[t]), None)

@@ -26,7 +26,7 @@ from specserve import kernels
 from specserve.errors import SpecServeError
 from specserve.bundled import shipped_drafters
 from specserve.llm import BUNDLED_MODEL
-from specserve.spec.registry import available_types
+from specserve.spec.registry import available_types, proposer_class
 
 from prompt_sets import CODE_PROMPTS, TEXT_PROMPTS
 
@@ -50,9 +50,8 @@ def configurations(target: Path):
     for spec_type in available_types():
         if spec_type == "none":
             continue
-        needs_folder = spec_type.startswith("draft-") and spec_type != "draft-mtp"
         folder = drafters.get(spec_type)
-        if needs_folder and folder is None:
+        if proposer_class(spec_type).needs_draft_model and folder is None:
             skipped.append((spec_type, "no drafter shipped for this model"))
             continue
         configs.append((spec_type, spec_type, folder, {}, (0.0, 1.0)))

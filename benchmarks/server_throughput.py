@@ -38,7 +38,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from specserve.bundled import shipped_drafters  # noqa: E402
 from specserve.llm import BUNDLED_MODEL  # noqa: E402
-from specserve.spec.registry import available_types  # noqa: E402
+from specserve.spec.registry import available_types, proposer_class  # noqa: E402
 
 from serve_process import ServeProcess  # noqa: E402
 from server_prompts import prompts  # noqa: E402
@@ -49,7 +49,7 @@ def server_args(spec_label: str, model: str, slots: int, extra: list[str], draft
     args = ["-np", str(slots), "--spec-type", spec_type, "--temp", "0", *extra]
     if variant == "schedule":
         args.append("--spec-schedule")
-    if spec_type.startswith("draft-"):
+    if proposer_class(spec_type).model_drafter:
         shipped = shipped_drafters().get(spec_type) if Path(model) == BUNDLED_MODEL else None
         if draft_model:
             args += ["-md", draft_model]

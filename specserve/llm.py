@@ -18,7 +18,7 @@ from .kernels.packed import check_quant
 from .models.step_batch import StepBatch
 from .models.tokenizer import Tokenizer
 from .models.transformer import CausalLM
-from .options import default_spec_options
+from .spec.option_table import default_spec_options
 from .sampling import SamplingParams
 from .spec.base import ProposerContext
 from .spec.driver import build_driver

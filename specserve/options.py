@@ -3,7 +3,8 @@
 Every option has an environment variable: llama.cpp's `LLAMA_ARG_*` name (derived from
 the long flag unless llama.cpp uses another), also accepted as `SPECSERVE_*`. A flag on
 the command line wins over the environment, which wins over the default.
-Proposers declare their own options (spec/base.py Option); they are added here too.
+Proposers declare their own options (specserve/option.py Option); they are added here too. The
+sampling defaults are llama.cpp's (sampling.py LLAMA_CPP_DEFAULTS).
 """
 from __future__ import annotations
 
@@ -12,8 +13,10 @@ import dataclasses
 import os
 
 from .errors import OptionError
-from .spec.base import Option
-from .spec.registry import all_options, available_types
+from .option import Option
+from .sampling import LLAMA_CPP_DEFAULTS as SAMPLING
+from .spec.option_table import SPEC_OPTIONS
+from .spec.registry import all_options
 
 MODEL_OPTIONS = [
     Option(("-m", "--model"), "model", str, None, "model folder (Hugging Face layout); default: the bundled model",
@@ -47,50 +50,24 @@ MODEL_OPTIONS = [
 SAMPLING_OPTIONS = [
     Option(("-n", "--n-predict"), "n_predict", int, -1, "tokens to generate (-1 = until EOS or the context is full)",
            env="LLAMA_ARG_N_PREDICT"),
-    Option(("--temp",), "temp", float, 0.8, "temperature (<= 0: greedy)"),
-    Option(("--top-k",), "top_k", int, 40, "top-k sampling (0 = disabled)"),
-    Option(("--top-p",), "top_p", float, 0.95, "top-p sampling (1.0 = disabled)"),
-    Option(("--min-p",), "min_p", float, 0.05, "min-p sampling (0.0 = disabled)"),
+    Option(("--temp",), "temp", float, SAMPLING.temperature, "temperature (<= 0: greedy)"),
+    Option(("--top-k",), "top_k", int, SAMPLING.top_k, "top-k sampling (0 = disabled)"),
+    Option(("--top-p",), "top_p", float, SAMPLING.top_p, "top-p sampling (1.0 = disabled)"),
+    Option(("--min-p",), "min_p", float, SAMPLING.min_p, "min-p sampling (0.0 = disabled)"),
     Option(("-s", "--seed"), "seed", int, -1, "random seed (-1 = random)"),
     Option(("--ignore-eos",), "ignore_eos", bool, False, "keep generating after the end-of-sequence token"),
-    Option(("--repeat-penalty",), "repeat_penalty", float, 1.0,
+    Option(("--repeat-penalty",), "repeat_penalty", float, SAMPLING.repetition_penalty,
            "penalize tokens among the last --repeat-last-n: positive logits divided, negative multiplied "
            "(1.0 = disabled)"),
-    Option(("--repeat-last-n",), "repeat_last_n", int, 64,
+    Option(("--repeat-last-n",), "repeat_last_n", int, SAMPLING.penalty_last_n,
            "tokens of prompt and output the penalties look at (0 = disabled, -1 = all)"),
-    Option(("--presence-penalty",), "presence_penalty", float, 0.0,
+    Option(("--presence-penalty",), "presence_penalty", float, SAMPLING.presence_penalty,
            "subtracted once from the logit of every token among the last --repeat-last-n (0.0 = disabled)"),
-    Option(("--frequency-penalty",), "frequency_penalty", float, 0.0,
+    Option(("--frequency-penalty",), "frequency_penalty", float, SAMPLING.frequency_penalty,
            "subtracted per occurrence among the last --repeat-last-n (0.0 = disabled)"),
     Option(("-l", "--logit-bias"), "logit_bias", str, None,
            "token biases, a comma list of TOKEN_ID+BIAS or TOKEN_ID-BIAS (e.g. 15043+1,2-inf bans token 2)"),
 ]
-
-SPEC_OPTIONS = [
-    Option(("--quant-draft",), "quant_draft", str, "none",
-           "weight quantization of the draft model or head: none or int8 (native kernels only); drafts are "
-           "verified by the target, so output does not change"),
-    Option(("--spec-type",), "spec_type", str, "none",
-           "comma-separated speculative types: " + ", ".join(available_types()) + " ('none' disables)"),
-    Option(("--spec-default",), "spec_default", bool, False,
-           "when --spec-type is none or not given, use ngram-mod (n-match 24, n-min 48, n-max 64)"),
-    Option(("-md", "--spec-draft-model", "--model-draft"), "spec_draft_model", str, None,
-           "draft model folder for the draft-* types", env="LLAMA_ARG_SPEC_DRAFT_MODEL"),
-    Option(("--spec-draft-n-max",), "spec_draft_n_max", int, 3, "most tokens to draft per step (draft-* types)"),
-    Option(("--spec-draft-n-min",), "spec_draft_n_min", int, 0, "discard drafts shorter than this (draft-* types)"),
-    Option(("--spec-draft-p-min", "--draft-p-min"), "spec_draft_p_min", float, 0.0,
-           "stop drafting below this probability / predicted acceptance (draft-* types)"),
-    Option(("--spec-schedule",), "spec_schedule", bool, False,
-           "every type: verify only the drafts that pay off across the batch, from each slot's acceptance "
-           "history and the target's profiled steps-per-second curve (DSpark's Algorithm 1 generalised)"),
-    Option(("--spec-schedule-cost-table",), "spec_schedule_cost_table", str, None,
-           "JSON step-cost table {\"rows\": [...], \"seconds\": [...]} for --spec-schedule "
-           "(default: profile the target at start-up)"),
-    Option(("--spec-draft-sample",), "spec_draft_sample", bool, False,
-           "draft-simple/eagle3/mtp at temperature > 0: sample drafts from the draft's top-10 distribution and "
-           "verify by rejection sampling with it (default: greedy drafts, verified one-hot as in llama.cpp)"),
-]
-
 
 def env_names(opt: Option) -> list[str]:
     long_flag = next((f for f in opt.flags if f.startswith("--")), opt.flags[0])
@@ -145,7 +122,3 @@ def spec_option_values(args: argparse.Namespace) -> dict:
     """All speculative option values by dest name (what proposers read)."""
     keys = [o.dest for o in SPEC_OPTIONS + all_options()]
     return {k: getattr(args, k) for k in keys if hasattr(args, k)}
-
-
-def default_spec_options() -> dict:
-    return {o.dest: o.default for o in SPEC_OPTIONS + all_options()}

@@ -21,6 +21,8 @@ WHOLE_HISTORY = 1 << 30          # penalty_last_n for "every token" (llama.cpp's
 
 @dataclass
 class SamplingParams:
+    """How one request samples. The defaults are vLLM's (the Python API); the command line and the
+    fields a server request leaves out use llama.cpp's, LLAMA_CPP_DEFAULTS below."""
     max_tokens: int | None = 16           # None: until EOS or the context is full
     temperature: float = 1.0
     top_k: int = 0                        # <= 0: disabled
@@ -89,6 +91,12 @@ class SamplingParams:
                 not isinstance(t, int) or t < 0 or not isinstance(b, (int, float)) or b != b
                 for t, b in self.logit_bias.items()):
             bad("logit_bias", "must map non-negative token ids to numbers")
+
+
+# llama.cpp's defaults (common/common.h `common_params_sampling`): what `generate` and `serve` use
+# unless told otherwise, and what llama-server fills in for fields a request leaves out
+LLAMA_CPP_DEFAULTS = SamplingParams(max_tokens=None, temperature=0.8, top_k=40, top_p=0.95, min_p=0.05,
+                                    penalty_last_n=64)
 
 
 def make_generator(seed: int | None) -> tuple[torch.Generator, int]:

@@ -10,7 +10,7 @@ import torch
 from safetensors.torch import save_file
 
 from specserve.models.block_drafter import BlockDrafter
-from specserve.models.block_drafter_format import BONUS_ANCHOR, new_block_drafter_spec
+from specserve.models.block_drafter_format import BONUS_ANCHOR, new_block_drafter_config
 from specserve.models.config import load_config
 from specserve.models.loader import Checkpoint
 
@@ -18,8 +18,8 @@ FORMATS = ("zlab", "deepspec", "specforge", "specforge-legacy", "specserve")
 DRAFT_ARCHS = ("qwen3", "llama", "qwen2")
 
 
-def _backbone_keys(spec) -> dict:
-    b = spec.backbone
+def _backbone_keys(shape) -> dict:
+    b = shape.backbone
     return {"hidden_size": b.hidden_size, "intermediate_size": b.intermediate_size,
             "num_hidden_layers": b.num_hidden_layers, "num_attention_heads": b.num_attention_heads,
             "num_key_value_heads": b.num_key_value_heads, "head_dim": b.head_dim, "hidden_act": "silu",
@@ -35,11 +35,11 @@ def random_block_drafter(target_dir, *, markov_rank=0, confidence=False, block_s
                          draft_arch="qwen3") -> BlockDrafter:
     """draft_arch: the backbone family (qwen3 / llama / qwen2) whatever the target's."""
     cfg = load_config(target_dir)
-    spec = new_block_drafter_spec(cfg, block_size=block_size, num_layers=num_layers, mask_token_id=mask_token_id,
+    shape = new_block_drafter_config(cfg, block_size=block_size, num_layers=num_layers, mask_token_id=mask_token_id,
                                   target_layer_ids=target_layer_ids, markov_rank=markov_rank,
                                   confidence_head=confidence, draft_arch=draft_arch,
                                   **({"layout": layout} if layout else {}))
-    model = BlockDrafter(spec)
+    model = BlockDrafter(shape)
     model.init_weights(std=std, seed=seed)
     gen = torch.Generator().manual_seed(seed + 100)
     with torch.no_grad():       # random heads, biases and q/k norms too, so tests exercise them
@@ -90,11 +90,11 @@ def write_block_drafter(out, target_dir, fmt: str = "deepspec", *, variant: str 
     if fmt == "zlab":
         kwargs.setdefault("layout", BONUS_ANCHOR)
     model = random_block_drafter(target_dir, **kwargs)
-    spec = model.spec
+    shape = model.config
     target_cfg = load_config(target_dir)
     state = {k: v.contiguous() for k, v in model.state_dict().items()}
-    base = _backbone_keys(spec)
-    ids, mask, block = list(spec.target_layer_ids), spec.mask_token_id, spec.block_size
+    base = _backbone_keys(shape)
+    ids, mask, block = list(shape.target_layer_ids), shape.mask_token_id, shape.block_size
     n_target = target_cfg.num_hidden_layers
     if fmt == "zlab":
         config = {"architectures": ["DFlashDraftModel"], "auto_map": {"AutoModel": "dflash.DFlashDraftModel"},
@@ -107,12 +107,12 @@ def write_block_drafter(out, target_dir, fmt: str = "deepspec", *, variant: str 
     elif fmt in ("deepspec", "specserve"):
         config = {"architectures": ["Qwen3DSparkModel"], "model_type": "qwen3", "num_target_layers": n_target,
                   "block_size": block, "target_layer_ids": ids, "mask_token_id": mask, "num_anchors": 512,
-                  "markov_rank": spec.markov_rank, "enable_confidence_head": spec.has_confidence_head,
+                  "markov_rank": shape.markov_rank, "enable_confidence_head": shape.has_confidence_head,
                   "rope_parameters": {"rope_theta": target_cfg.rope_theta, "rope_type": "default"}, **base}
-        if spec.markov_rank:
+        if shape.markov_rank:
             config["markov_head_type"] = "vanilla"
-        if spec.has_confidence_head:
-            config["confidence_head_with_markov"] = spec.confidence_with_markov
+        if shape.has_confidence_head:
+            config["confidence_head_with_markov"] = shape.confidence_with_markov
         if fmt == "deepspec":          # frozen copies of the target's embedding and head
             target_ckpt = Checkpoint(target_dir)
             embed = target_ckpt.get("model.embed_tokens.weight")
@@ -120,12 +120,12 @@ def write_block_drafter(out, target_dir, fmt: str = "deepspec", *, variant: str 
             head = "lm_head.weight" if "lm_head.weight" in target_ckpt else "model.embed_tokens.weight"
             state["lm_head.weight"] = target_ckpt.get(head).clone()
         else:
-            config["sample_from_anchor"] = spec.layout != BONUS_ANCHOR
+            config["sample_from_anchor"] = shape.layout != BONUS_ANCHOR
     elif fmt.startswith("specforge"):
         heads = {"attention_mode": "gqa", "mask_token_id": mask, "target_layer_ids": ids, "projector_type": "dspark",
-                 "markov_rank": spec.markov_rank, "markov_head_type": "vanilla", "confidence_head_alpha": 1.0,
-                 "enable_confidence_head": spec.has_confidence_head,
-                 "confidence_head_with_markov": spec.confidence_with_markov}
+                 "markov_rank": shape.markov_rank, "markov_head_type": "vanilla", "confidence_head_alpha": 1.0,
+                 "enable_confidence_head": shape.has_confidence_head,
+                 "confidence_head_with_markov": shape.confidence_with_markov}
         config = {"architectures": ["DSparkDraftModel"], "auto_map": {"AutoModel": "dspark.DSparkDraftModel"},
                   "model_type": "qwen3", "block_size": block, "num_target_layers": n_target,
                   "rope_theta": target_cfg.rope_theta, "dflash_config": heads, **base}
@@ -137,7 +137,7 @@ def write_block_drafter(out, target_dir, fmt: str = "deepspec", *, variant: str 
                      for k, v in state.items()}
     else:
         raise ValueError(fmt)
-    config["model_type"] = model_type or spec.backbone.family
+    config["model_type"] = model_type or shape.backbone.family
     if variant == "model-prefix":
         state = {("model." + k if k.startswith(("layers.", "norm.")) else k): v for k, v in state.items()}
     save_file(state, str(out / "model.safetensors"), metadata={"format": "pt"})

@@ -12,7 +12,7 @@ from helpers import write_model
 from specserve.cli import main
 from specserve.errors import ModelLoadError, OptionError
 from specserve.models.block_drafter import load_block_drafter, save_block_drafter
-from specserve.models.block_drafter_format import new_block_drafter_spec, read_block_drafter
+from specserve.models.block_drafter_format import new_block_drafter_config, read_block_drafter
 from specserve.models.config import load_config
 from specserve.models.transformer import CausalLM
 
@@ -33,9 +33,9 @@ def target(target_dir):
 def _block_rows(drafter, target):
     """One block after a 12-token context, through the serving forward: [nb, H]."""
     tokens = list(range(10, 23))
-    ids = drafter.spec.target_layer_ids
-    n_ctx, nb = len(tokens) - 1, drafter.spec.block_size
-    block = torch.full((1, nb), drafter.spec.mask_token_id)
+    ids = drafter.config.target_layer_ids
+    n_ctx, nb = len(tokens) - 1, drafter.config.block_size
+    block = torch.full((1, nb), drafter.config.mask_token_id)
     block[0, 0] = tokens[-1]
     with torch.inference_mode():
         _, taps = target.forward_full(torch.tensor([tokens[:-1]]), taps=ids)
@@ -78,10 +78,10 @@ def test_every_format_with_every_backbone(tmp_path, target_dir, target, fmt, dra
     if declared == "qwen3-template":
         _edit_config(d, model_type="qwen3", attention_bias=False)
     drafter = load_block_drafter(d, target)
-    backbone = drafter.spec.backbone
+    backbone = drafter.config.backbone
     assert (backbone.family, backbone.qk_norm, backbone.qkv_bias, backbone.o_bias) == \
            (draft_arch, False, draft_arch == "qwen2", False)
-    assert drafter.spec.backbone_from == ("config" if declared == "own" else "tensors")
+    assert drafter.config.backbone_from == ("config" if declared == "own" else "tensors")
     attn = drafter.layers[0].self_attn
     assert not hasattr(attn, "q_norm") and (attn.q_proj.bias is not None) == (draft_arch == "qwen2")
     # every tensor (biases included) reached its place: the same rows as the drafter that was written
@@ -93,8 +93,8 @@ def test_every_format_with_every_backbone(tmp_path, target_dir, target, fmt, dra
 def test_unknown_or_missing_model_type_is_decided_by_tensors(tmp_path, target_dir, target, draft_arch):
     d = write_block_drafter(tmp_path / "a", target_dir, "zlab", block_size=5, draft_arch=draft_arch,
                             model_type="dflash_draft", variant="model-prefix")
-    spec = read_block_drafter(d)
-    assert (spec.backbone.family, spec.backbone_from) == (draft_arch, "tensors")
+    config = read_block_drafter(d)
+    assert (config.backbone.family, config.backbone_from) == (draft_arch, "tensors")
     _edit_config(d, drop=("model_type", "attention_bias"))
     assert read_block_drafter(d).backbone.family == draft_arch
     assert torch.equal(_block_rows(load_block_drafter(d, target), target),
@@ -140,7 +140,7 @@ def test_backbone_mismatches_fail_clearly(tmp_path, target_dir):
     with pytest.raises(ModelLoadError, match=f"model_type qwen2, attention_bias false.* has {q_bias}"):
         read_block_drafter(as_no_bias)
     with pytest.raises(OptionError, match="draft architecture must be one of qwen3, llama, qwen2, got 'gemma'"):
-        new_block_drafter_spec(load_config(target_dir), block_size=4, num_layers=1, mask_token_id=1,
+        new_block_drafter_config(load_config(target_dir), block_size=4, num_layers=1, mask_token_id=1,
                                draft_arch="gemma")
 
 
@@ -149,8 +149,8 @@ def test_saved_config_states_the_backbone(tmp_path, target_dir, draft_arch):
     out = save_block_drafter(random_block_drafter(target_dir, draft_arch=draft_arch, **DSPARK), tmp_path / "d")
     cfg = json.loads((out / "config.json").read_text())
     assert (cfg["model_type"], cfg["attention_bias"], cfg["mlp_bias"]) == (draft_arch, draft_arch == "qwen2", False)
-    spec = read_block_drafter(out)
-    assert (spec.backbone.family, spec.backbone_from) == (draft_arch, "config")
+    config = read_block_drafter(out)
+    assert (config.backbone.family, config.backbone_from) == (draft_arch, "config")
 
 
 @pytest.mark.parametrize("draft_arch", ["llama", "qwen2"])
@@ -164,5 +164,5 @@ def test_convert_draft_writes_the_detected_backbone(tmp_path, target_dir, target
     cfg = json.loads((dst / "config.json").read_text())
     assert (cfg["model_type"], cfg["attention_bias"]) == (draft_arch, draft_arch == "qwen2")
     converted = load_block_drafter(dst, target)
-    assert (converted.spec.backbone.family, converted.spec.backbone_from) == (draft_arch, "config")
+    assert (converted.config.backbone.family, converted.config.backbone_from) == (draft_arch, "config")
     assert torch.equal(_block_rows(converted, target), _block_rows(load_block_drafter(src, target), target))

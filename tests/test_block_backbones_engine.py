@@ -51,7 +51,7 @@ def test_random_dflash_backbones_are_lossless(request, tmp_path, references, tar
     fmt = "zlab" if layout == BONUS_ANCHOR else "deepspec"
     draft = write_block_drafter(tmp_path / "d", target_dir, fmt, block_size=5, draft_arch=draft_arch)
     drafter, stats = _check_lossless(target_dir, draft, "draft-dflash", layout, references[target_name])
-    assert drafter.spec.backbone.family == draft_arch and drafter.spec.layout == layout
+    assert drafter.config.backbone.family == draft_arch and drafter.config.layout == layout
     assert stats["n_gen_tokens"] > 0
 
 
@@ -63,5 +63,5 @@ def test_accepting_dspark_backbones_are_lossless(request, tmp_path, references, 
     model = bigram_dspark_drafter(target_dir, PROMPTS, reference, layout=layout, draft_arch=draft_arch)
     draft = save_block_drafter(model, tmp_path / "d", torch.float32)
     drafter, stats = _check_lossless(target_dir, draft, "draft-dspark", layout, reference)
-    assert drafter.spec.backbone.family == draft_arch and drafter.spec.backbone_from == "config"
+    assert drafter.config.backbone.family == draft_arch and drafter.config.backbone_from == "config"
     assert 0 < stats["n_acc_tokens"] < stats["n_gen_tokens"]        # accepted and rejected drafts both happen

@@ -50,17 +50,17 @@ def test_build_target_layer_ids():
 def test_every_format_loads(tmp_path, target_dir, target, fmt, variant, kwargs, layout, rank):
     d = write_block_drafter(tmp_path / "d", target_dir, fmt, variant=variant, block_size=5, **kwargs)
     drafter = load_block_drafter(d, target)
-    spec = drafter.spec
-    assert (spec.layout, spec.markov_rank, spec.block_size) == (layout, rank, 5)
-    assert spec.max_drafts == (4 if layout == BONUS_ANCHOR else 5)
-    assert spec.target_layer_ids == build_target_layer_ids(5, 3) and spec.mask_token_id == 1
+    config = drafter.config
+    assert (config.layout, config.markov_rank, config.block_size) == (layout, rank, 5)
+    assert config.max_drafts == (4 if layout == BONUS_ANCHOR else 5)
+    assert config.target_layer_ids == build_target_layer_ids(5, 3) and config.mask_token_id == 1
     assert (drafter.confidence_head is not None) == bool(kwargs.get("confidence"))
     # the target's embedding and head are shared, never copied into the draft
     assert drafter.shared.embed.data_ptr() == target.model.embed_tokens.weight.data_ptr()
     assert all("embed" not in k and "lm_head" not in k for k in drafter.state_dict())
     # an explicit option overrides the checkpoint's layout
     other = ANCHOR_FIRST if layout == BONUS_ANCHOR else BONUS_ANCHOR
-    assert load_block_drafter(d, target, layout=other).spec.layout == other
+    assert load_block_drafter(d, target, layout=other).config.layout == other
 
 
 def _taps(target, tokens, layer_ids):
@@ -74,11 +74,11 @@ def _taps(target, tokens, layer_ids):
 def test_cached_inference_equals_training_mask_forward(tmp_path, target_dir, target, fmt, kwargs, draft_arch):
     drafter = load_block_drafter(write_block_drafter(tmp_path / "d", target_dir, fmt, block_size=5,
                                                      draft_arch=draft_arch, **kwargs), target)
-    assert drafter.spec.backbone.family == draft_arch
+    assert drafter.config.backbone.family == draft_arch
     tokens = [(7 * i + 3) % 300 + 2 for i in range(24)]
-    feats = _taps(target, tokens, drafter.spec.target_layer_ids)
+    feats = _taps(target, tokens, drafter.config.target_layer_ids)
     anchors = [3, 4, 11, 17]                        # overlapping blocks
-    nb, mask = 5, drafter.spec.mask_token_id
+    nb, mask = 5, drafter.config.mask_token_id
     block = torch.full((1, len(anchors), nb), mask)
     block[0, :, 0] = torch.tensor([tokens[a] for a in anchors])
     with torch.inference_mode():
@@ -199,4 +199,4 @@ def test_mask_token_from_tokenizer(tmp_path, target_dir, target):
     del cfg["dflash_config"]["mask_token_id"]
     (d / "config.json").write_text(json.dumps(cfg))
     drafter = load_block_drafter(d, target, tokenizer=Tokenizer(target_dir))
-    assert drafter.spec.mask_token_id == Tokenizer(target_dir).token_to_id("<|mask|>")
+    assert drafter.config.mask_token_id == Tokenizer(target_dir).token_to_id("<|mask|>")

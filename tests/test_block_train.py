@@ -105,9 +105,9 @@ def test_training_learns_resumes_and_serves(tmp_path, target_dir, regen_samples,
     for (name, a), b in zip(full.model.state_dict().items(), resumed.model.state_dict().values()):
         assert torch.allclose(a, b, atol=1e-6), name
     # the exported folder: anchor-first DeepSpec format with every key explicit, tokenizer included
-    spec = read_block_drafter(tmp_path / "full")
-    assert spec.layout == "anchor-first" and spec.raw["sample_from_anchor"] is True
-    assert (spec.markov_rank > 0) == (method == "dspark") and spec.has_confidence_head == (method == "dspark")
+    config = read_block_drafter(tmp_path / "full")
+    assert config.layout == "anchor-first" and config.raw["sample_from_anchor"] is True
+    assert (config.markov_rank > 0) == (method == "dspark") and config.has_confidence_head == (method == "dspark")
     assert (tmp_path / "full" / "tokenizer.json").is_file() and "tau" in (tmp_path / "full" / "README.md").read_text()
     prompts = [s.tokens[:s.n_prompt].tolist() for s in full.train_set[:6]]   # continuations it has learnt
     params = SamplingParams(temperature=0, max_tokens=30, ignore_eos=True)
@@ -186,6 +186,6 @@ def test_train_draft_with_other_backbones(tmp_path, target_dir, regen_samples, l
     params = SamplingParams(temperature=0, max_tokens=30, ignore_eos=True)
     reference = [o.token_ids for o in LLM(target).generate(prompts, params)]
     llm = LLM(target, draft_model=out, spec_type="draft-dflash", n_parallel=3, spec_draft_n_max=4)
-    assert llm.engine.driver.proposers[0].drafter.spec.backbone.family == draft_arch
+    assert llm.engine.driver.proposers[0].drafter.config.backbone.family == draft_arch
     assert [o.token_ids for o in llm.generate(prompts, params)] == reference
     assert llm.engine.driver.stats_dict()["draft-dflash"]["n_acc_tokens"] > 0

@@ -6,7 +6,7 @@ from specserve import LLM, SamplingParams
 from specserve.bundled import STDLIB_CODER_DRAFTERS, shipped_drafters
 from specserve.commands.demo import default_spec_types
 from specserve.llm import BUNDLED_MODEL
-from specserve.spec.registry import available_types
+from specserve.spec.registry import draftless_types
 from test_cli import run
 
 PROMPTS = ["def parse_header(line):\n    \"\"\"Parse a header line.\"\"\"\n", "class Stack:\n    def __init__(self):\n"]
@@ -35,7 +35,7 @@ def test_bundled_drafter_is_accepted_and_lossless(baseline, spec_type):
 
 
 def test_demo_compares_every_spec_type():
-    draftless = [t for t in available_types() if t != "none" and not t.startswith("draft-")]
+    draftless = draftless_types()
     assert default_spec_types().split(",") == draftless + list(STDLIB_CODER_DRAFTERS)
     r = run("demo", "-n", "24")
     assert r.returncode == 0, r.stderr

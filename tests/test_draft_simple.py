@@ -12,7 +12,8 @@ from specserve import LLM, SamplingParams
 from specserve.errors import IncompatibleDraftError, OptionError
 from specserve.models.tokenizer import Tokenizer
 from specserve.spec.base import DraftRequest
-from specserve.spec.draft_chain import ChainRows, DraftSettings, run_chain
+from specserve.spec.draft_chain import ChainRows, run_chain
+from specserve.spec.draft_options import draft_settings
 from specserve.spec.vocab_compat import check_vocab_compatible
 from test_sampled_lossless import VOCAB, assert_target_pair_distribution
 
@@ -45,6 +46,11 @@ def test_vocabulary_compatibility(tmp_path, tiny_qwen3):
     with pytest.raises(IncompatibleDraftError, match="no tokenizer.json"):
         check_vocab_compatible(tok, 320, other, 320)
 
+
+
+def _settings(n_max: int, n_min: int, p_min: float, sample: bool):
+    return draft_settings({"spec_draft_n_max": n_max, "spec_draft_n_min": n_min, "spec_draft_p_min": p_min,
+                           "spec_draft_sample": sample})
 
 def test_incompatible_draft_model_is_refused(tmp_path, tiny_qwen3):
     big = write_model(tmp_path / "big", "qwen3", vocab_size=512)
@@ -79,22 +85,22 @@ def _req(slot, n_max=0, temperature=0.0):
 def test_draft_loop_rules():
     first = lambda: [ChainRows(0, torch.tensor([1, 2, 3]), 2), ChainRows(1, torch.tensor([3]), 5)]  # noqa: E731
     step, calls = _fixed_step([0.9, 0.9, 0.9, 0.9, 0.9])
-    drafts = run_chain([_req(0), _req(1, n_max=2)], first(), step, DraftSettings(4, 0, 0.0, False), 50)
+    drafts = run_chain([_req(0), _req(1, n_max=2)], first(), step, _settings(4, 0, 0.0, False), 50)
     assert drafts[0].tokens == [10, 11, 12, 13] and drafts[1].tokens == [10, 11]   # n_max 4, caller cap 2
     assert len(calls) == 4                                     # one forward per step for both slots
     assert calls[0].segments[0].n_rows == 3 and calls[1].n_tokens == 2 and calls[2].n_tokens == 1
     assert calls[1].positions.tolist() == [5, 6]               # each slot continues after its own rows
     step, _ = _fixed_step([0.9, 0.5, 0.9])
-    drafts = run_chain([_req(0)], first()[:1], step, DraftSettings(4, 0, 0.6, False), 50)
+    drafts = run_chain([_req(0)], first()[:1], step, _settings(4, 0, 0.6, False), 50)
     assert drafts[0].tokens == [10]                            # stops BEFORE the token below p_min
     step, _ = _fixed_step([0.9, 0.5, 0.9])
-    assert run_chain([_req(0)], first()[:1], step, DraftSettings(4, 2, 0.6, False), 50) == {}   # shorter than n_min
+    assert run_chain([_req(0)], first()[:1], step, _settings(4, 2, 0.6, False), 50) == {}   # shorter than n_min
 
 
 def test_sampled_drafts_carry_their_distribution():
     step, _ = _fixed_step([0.6, 0.6, 0.6])
     drafts = run_chain([_req(0, temperature=0.7)], [ChainRows(0, torch.tensor([1]), 0)], step,
-                       DraftSettings(3, 0, 0.0, True), 50)
+                       _settings(3, 0, 0.0, True), 50)
     d = drafts[0]
     assert d.q_probs.shape == (3, 50)
     assert torch.allclose(d.q_probs.sum(-1), torch.ones(3))

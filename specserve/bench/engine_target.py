@@ -19,7 +19,7 @@ from ..models.tokenizer import Tokenizer
 from ..server.errors import ApiError
 from ..server.openai_responses import output_usage
 from ..server.openai_schema import check_room, parse_chat, parse_completion
-from ..server.settings import SamplingDefaults
+from ..sampling import LLAMA_CPP_DEFAULTS
 from .results import TurnResult, turn_from_response
 
 
@@ -27,7 +27,7 @@ class EngineTarget:
     def __init__(self, engine: Engine, tokenizer: Tokenizer | None, description: dict):
         self.engine, self.tokenizer = engine, tokenizer
         self.description = description
-        self.defaults = SamplingDefaults()
+        self.defaults = LLAMA_CPP_DEFAULTS
         self.num_spec_tokens = engine.driver.max_draft()
         self._ids = itertools.count()
         self.service = EngineService(engine)

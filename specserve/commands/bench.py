@@ -12,7 +12,8 @@ import logging
 from argparse import Namespace
 
 from ..errors import OptionError
-from ..options import MODEL_OPTIONS, SPEC_OPTIONS, add_options, default_spec_options, spec_option_values
+from ..options import MODEL_OPTIONS, add_options, spec_option_values
+from ..spec.option_table import SPEC_OPTIONS, default_spec_options
 from ..spec.registry import all_options
 
 WORKLOAD_DEFAULTS = {"bench": "qualitative", "osl": 256}

@@ -36,12 +36,12 @@ def run(args) -> int:
     target = CausalLM.from_pretrained(target_dir, dtype="float32")
     tokenizer = Tokenizer(target_dir) if (target_dir / "tokenizer.json").is_file() else None
     drafter = load_block_drafter(args.src, target, args.layout, tokenizer, dtype=torch.float32)
-    if drafter.spec.num_target_layers is None:      # older z-lab configs omit it; record the target's
-        drafter.spec.num_target_layers = target.config.num_hidden_layers
+    if drafter.config.num_target_layers is None:      # older z-lab configs omit it; record the target's
+        drafter.config.num_target_layers = target.config.num_hidden_layers
     save_block_drafter(drafter, out, parse_dtype(args.dtype), tokenizer_from=target_dir,
-                       extra_config={"converted_from": drafter.spec.format})
-    spec = drafter.spec
-    print(f"wrote {out}: {spec.method} draft ({spec.format} format), {spec.backbone.family} backbone (from the "
-          f"{spec.backbone_from}), {spec.layout} layout, block {spec.block_size} ({spec.max_drafts} drafts), "
-          f"taps {spec.target_layer_ids}, mask token {spec.mask_token_id}")
+                       extra_config={"converted_from": drafter.config.format})
+    config = drafter.config
+    print(f"wrote {out}: {config.method} draft ({config.format} format), {config.backbone.family} backbone (from the "
+          f"{config.backbone_from}), {config.layout} layout, block {config.block_size} ({config.max_drafts} drafts), "
+          f"taps {config.target_layer_ids}, mask token {config.mask_token_id}")
     return 0

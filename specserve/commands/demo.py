@@ -8,7 +8,8 @@ from ..engine.request import Request
 from ..bundled import shipped_drafters
 from ..llm import load_engine
 from ..sampling import SamplingParams
-from ..spec.registry import available_types
+from ..spec.draft_options import draft_settings
+from ..spec.registry import draftless_types, proposer_class
 from ..engine.request import timing_lines
 
 # The model is asked to write out a function it has just seen with one name changed:
@@ -43,8 +44,7 @@ TOY_NOTE = ("The bundled model is a toy: a 5.8M-parameter Qwen3-architecture mod
 
 
 def default_spec_types() -> str:
-    return ",".join(t for t in available_types() if t != "none" and not t.startswith("draft-")) + "," + \
-        ",".join(shipped_drafters())
+    return ",".join(draftless_types() + list(shipped_drafters()))
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -78,8 +78,8 @@ def _settings(spec_type: str, draft_model, extra: dict) -> str:
     """What a run uses, in words."""
     if spec_type == "none":
         return "no speculation"
-    if spec_type.startswith("draft-"):
-        return f"drafter {Path(draft_model).name}, --spec-draft-n-max {extra.get('spec_draft_n_max', 3)}"
+    if proposer_class(spec_type).model_drafter:
+        return f"drafter {Path(draft_model).name}, --spec-draft-n-max {draft_settings(extra).n_max}"
     if spec_type == "ngram-simple":
         return f"--spec-ngram-simple-size-n {NGRAM_SETTINGS['spec_ngram_simple_size_n']}, " \
                f"-size-m {NGRAM_SETTINGS['spec_ngram_simple_size_m']}"
@@ -98,7 +98,7 @@ def run(args) -> int:
     base_text, base_speed = None, None
     for spec_type in runs:
         draft_model, run_extra = args.spec_draft_model, dict(NGRAM_SETTINGS, threads=args.threads)
-        if spec_type.startswith("draft-") and draft_model is None:
+        if spec_type != "none" and proposer_class(spec_type).model_drafter and draft_model is None:
             shipped = shipped_drafters().get(spec_type) if args.model is None else None
             if shipped is None:
                 print(f"{spec_type:<28} skipped: needs a draft model (-md DIR)")

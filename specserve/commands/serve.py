@@ -9,7 +9,7 @@ from pathlib import Path
 from ..errors import OptionError
 from ..llm import BUNDLED_MODEL
 from ..options import add_engine_options, add_options, spec_option_values
-from ..spec.base import Option
+from ..option import Option
 from ..spec.registry import parse_spec_types
 from .generate import engine_from_args, sampling_from_args
 
@@ -35,19 +35,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def settings_from_args(args):
-    from ..server.settings import SamplingDefaults, ServerSettings
-    sampling = sampling_from_args(args)
+    from ..server.settings import ServerSettings
     model_dir = Path(args.model) if args.model else BUNDLED_MODEL
     keys = [k.strip() for k in (args.api_key or "").split(",") if k.strip()]
     return ServerSettings(
         model_name=args.alias or model_dir.name, model_path=str(model_dir), api_keys=keys, metrics=args.metrics,
         timeout=args.timeout,
-        defaults=SamplingDefaults(temperature=sampling.temperature, top_k=sampling.top_k, top_p=sampling.top_p,
-                                  min_p=sampling.min_p, seed=sampling.seed, max_tokens=sampling.max_tokens,
-                                  ignore_eos=sampling.ignore_eos, presence_penalty=sampling.presence_penalty,
-                                  frequency_penalty=sampling.frequency_penalty,
-                                  repetition_penalty=sampling.repetition_penalty,
-                                  penalty_last_n=sampling.penalty_last_n, logit_bias=sampling.logit_bias),
+        defaults=sampling_from_args(args),
         spec_types=parse_spec_types(args.spec_type), spec_options=spec_option_values(args))
 
 

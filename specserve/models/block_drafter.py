@@ -28,7 +28,7 @@ import torch.nn.functional as F
 from safetensors.torch import save_file
 
 from ..errors import ModelLoadError
-from .block_drafter_format import (ANCHOR_FIRST, SHARED_TENSORS, BlockDrafterSpec, check_compatible, normalized_config,
+from .block_drafter_format import (ANCHOR_FIRST, SHARED_TENSORS, BlockDrafterConfig, check_compatible, normalized_config,
                                    read_block_drafter)
 from .kv_cache import KVCache
 from .loader import parse_dtype
@@ -71,19 +71,19 @@ class SharedTargetWeights:
 
 
 class BlockDrafter(nn.Module):
-    def __init__(self, spec: BlockDrafterSpec):
+    def __init__(self, config: BlockDrafterConfig):
         super().__init__()
-        cfg = spec.backbone
-        self.spec = spec
+        cfg = config.backbone
+        self.config = config
         self.cfg = cfg
         hidden = cfg.hidden_size
-        self.fc = nn.Linear(len(spec.target_layer_ids) * hidden, hidden, bias=False)
+        self.fc = nn.Linear(len(config.target_layer_ids) * hidden, hidden, bias=False)
         self.hidden_norm = RMSNorm(hidden, cfg.rms_norm_eps)
         self.layers = nn.ModuleList(DecoderLayer(cfg) for _ in range(cfg.num_hidden_layers))
         self.norm = RMSNorm(hidden, cfg.rms_norm_eps)
-        self.markov_head = MarkovHead(cfg.vocab_size, spec.markov_rank) if spec.markov_rank else None
-        self.confidence_head = (ConfidenceHead(hidden + (spec.markov_rank if spec.confidence_with_markov else 0))
-                                if spec.has_confidence_head else None)
+        self.markov_head = MarkovHead(cfg.vocab_size, config.markov_rank) if config.markov_rank else None
+        self.confidence_head = (ConfidenceHead(hidden + (config.markov_rank if config.confidence_with_markov else 0))
+                                if config.has_confidence_head else None)
         self.act = ACTIVATIONS[cfg.hidden_act]
         self.shared: SharedTargetWeights | None = None
         self.rope: RotaryEmbedding | None = None
@@ -95,20 +95,20 @@ class BlockDrafter(nn.Module):
 
     # ------------------------------------------------------------------ loading
     @classmethod
-    def from_pretrained(cls, spec: BlockDrafterSpec, target, dtype=None, tokenizer=None) -> "BlockDrafter":
-        """Load the draft weights of `spec` and attach the target's embedding / lm_head."""
-        check_compatible(spec, target.config, tokenizer)
+    def from_pretrained(cls, config: BlockDrafterConfig, target, dtype=None, tokenizer=None) -> "BlockDrafter":
+        """Load the draft weights of `config` and attach the target's embedding / lm_head."""
+        check_compatible(config, target.config, tokenizer)
         dtype = parse_dtype(dtype, target.dtype)
         with torch.device("meta"):
-            model = cls(spec)
+            model = cls(config)
         state = {}
         for name, param in model.state_dict().items():
-            if name not in spec.key_map:
-                raise ModelLoadError(f"tensor {name!r} missing from draft checkpoint {spec.model_dir}")
-            state[name] = spec.checkpoint.get(spec.key_map[name], dtype, tuple(param.shape))
-        unknown = sorted(set(spec.key_map) - set(state) - set(SHARED_TENSORS))
+            if name not in config.key_map:
+                raise ModelLoadError(f"tensor {name!r} missing from draft checkpoint {config.model_dir}")
+            state[name] = config.checkpoint.get(config.key_map[name], dtype, tuple(param.shape))
+        unknown = sorted(set(config.key_map) - set(state) - set(SHARED_TENSORS))
         if unknown:
-            raise ModelLoadError(f"draft checkpoint {spec.model_dir} has tensors this network does not use: "
+            raise ModelLoadError(f"draft checkpoint {config.model_dir} has tensors this network does not use: "
                                  f"{', '.join(unknown[:5])}{' ...' if len(unknown) > 5 else ''}")
         model.load_state_dict(state, assign=True)
         for head in (model.markov_head, model.confidence_head):    # small heads run in float32
@@ -154,15 +154,15 @@ class BlockDrafter(nn.Module):
 
     def draft_rows(self, hidden: torch.Tensor) -> torch.Tensor:
         """[..., nb, H] block outputs -> the rows that predict drafts 1..n (the layout decides)."""
-        return hidden if self.spec.layout == ANCHOR_FIRST else hidden[..., 1:, :]
+        return hidden if self.config.layout == ANCHOR_FIRST else hidden[..., 1:, :]
 
     def block_rows_for(self, n_drafts: int) -> int:
-        return n_drafts if self.spec.layout == ANCHOR_FIRST else n_drafts + 1
+        return n_drafts if self.config.layout == ANCHOR_FIRST else n_drafts + 1
 
     def confidence_logits(self, hidden_rows: torch.Tensor, prev_tokens: torch.Tensor) -> torch.Tensor:
         """hidden_rows [..., n, H] (final-normed, the rows that give the drafts), prev_tokens [..., n]."""
         feats = hidden_rows.float()
-        if self.spec.confidence_with_markov:
+        if self.config.confidence_with_markov:
             feats = torch.cat([feats, self.markov_head.markov_w1(prev_tokens).float()], dim=-1)
         return self.confidence_head(feats)
 
@@ -175,8 +175,8 @@ class BlockDrafter(nn.Module):
             self.packed_fc = PackedLinear(self.fc.weight, None, self.quant)
         if self.serving is None and self.native is None:
             self.serving = [layer.serving_weights(cfg) for layer in self.layers]
-        self._rope(max_ctx + self.spec.block_size + 1)
-        return KVCache(cfg.num_hidden_layers, n_slots, cfg.num_key_value_heads, max_ctx + self.spec.block_size + 1,
+        self._rope(max_ctx + self.config.block_size + 1)
+        return KVCache(cfg.num_hidden_layers, n_slots, cfg.num_key_value_heads, max_ctx + self.config.block_size + 1,
                        cfg.head_dim, torch.float32, self.device)
 
     def forward_cached(self, cache: KVCache, ctx_feats: torch.Tensor | None, ctx_slots: torch.Tensor | None,
@@ -354,7 +354,7 @@ def save_block_drafter(model: BlockDrafter, out_dir: str | Path, dtype: torch.dt
         keep_fp32 = name.startswith(("markov_head.", "confidence_head."))
         state[name] = tensor.detach().to(torch.float32 if keep_fp32 else dtype).contiguous().cpu()
     save_file(state, str(out_dir / "model.safetensors"), metadata={"format": "pt"})
-    config = normalized_config(model.spec)
+    config = normalized_config(model.config)
     config["torch_dtype"] = str(dtype).replace("torch.", "")
     config.update(extra_config or {})
     (out_dir / "config.json").write_text(json.dumps(config, indent=2) + "\n")

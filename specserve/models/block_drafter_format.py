@@ -70,7 +70,7 @@ def build_target_layer_ids(num_target_layers: int, num_taps: int) -> list[int]:
 
 
 @dataclass
-class BlockDrafterSpec:
+class BlockDrafterConfig:
     """Everything needed to build and serve one draft checkpoint, independent of its format."""
     model_dir: Path
     format: str
@@ -122,7 +122,7 @@ def parse_layout(value: str | None) -> str | None:
     return value
 
 
-def read_block_drafter(model_dir: str | Path, layout: str | None = None) -> BlockDrafterSpec:
+def read_block_drafter(model_dir: str | Path, layout: str | None = None) -> BlockDrafterConfig:
     """Detect the format of a DFlash / DSpark folder and normalise its config."""
     model_dir = Path(model_dir)
     if not model_dir.is_dir():
@@ -190,75 +190,75 @@ def read_block_drafter(model_dir: str | Path, layout: str | None = None) -> Bloc
     if markov_rank and backbone.vocab_size != int(checkpoint.shape(key_map[MARKOV_W1])[0]):
         raise ModelLoadError(f"{model_dir}: the Markov head has {checkpoint.shape(key_map[MARKOV_W1])[0]} rows "
                              f"but vocab_size is {backbone.vocab_size}")
-    spec = BlockDrafterSpec(model_dir, fmt, chosen, int(block_size), layer_ids,
+    config = BlockDrafterConfig(model_dir, fmt, chosen, int(block_size), layer_ids,
                             None if mask is None else int(mask),
                             None if num_layers_target is None else int(num_layers_target),
                             markov_rank, has_conf, conf_with_markov, backbone, key_map, raw, checkpoint,
                             backbone_from)
-    if spec.block_size < (2 if chosen == BONUS_ANCHOR else 1):
-        raise ModelLoadError(f"{source}: block_size {spec.block_size} is too small for the {chosen} layout")
-    return spec
+    if config.block_size < (2 if chosen == BONUS_ANCHOR else 1):
+        raise ModelLoadError(f"{source}: block_size {config.block_size} is too small for the {chosen} layout")
+    return config
 
 
-def check_compatible(spec: BlockDrafterSpec, target_cfg: ModelConfig, tokenizer=None) -> None:
+def check_compatible(config: BlockDrafterConfig, target_cfg: ModelConfig, tokenizer=None) -> None:
     """Raise IncompatibleDraftError when the draft cannot run on this target."""
-    where = f"draft {spec.model_dir}"
-    if spec.backbone.hidden_size != target_cfg.hidden_size:
+    where = f"draft {config.model_dir}"
+    if config.backbone.hidden_size != target_cfg.hidden_size:
         raise IncompatibleDraftError(
-            f"{where}: hidden size {spec.backbone.hidden_size} differs from the target's {target_cfg.hidden_size} "
+            f"{where}: hidden size {config.backbone.hidden_size} differs from the target's {target_cfg.hidden_size} "
             f"(the draft shares the target's embedding and lm_head)")
-    if spec.backbone.vocab_size != target_cfg.vocab_size:
+    if config.backbone.vocab_size != target_cfg.vocab_size:
         raise IncompatibleDraftError(
-            f"{where}: vocab_size {spec.backbone.vocab_size} differs from the target's {target_cfg.vocab_size}")
+            f"{where}: vocab_size {config.backbone.vocab_size} differs from the target's {target_cfg.vocab_size}")
     for name in SHARED_TENSORS:
-        if name in spec.key_map:
-            rows = int(spec.checkpoint.shape(spec.key_map[name])[0])
+        if name in config.key_map:
+            rows = int(config.checkpoint.shape(config.key_map[name])[0])
             if rows != target_cfg.vocab_size:
                 raise IncompatibleDraftError(f"{where}: {name} has {rows} rows but the target's vocabulary has "
                                              f"{target_cfg.vocab_size}")
     n_layers = target_cfg.num_hidden_layers
-    if spec.num_target_layers is not None and spec.num_target_layers != n_layers:
-        raise IncompatibleDraftError(f"{where}: trained for a target with {spec.num_target_layers} layers, "
+    if config.num_target_layers is not None and config.num_target_layers != n_layers:
+        raise IncompatibleDraftError(f"{where}: trained for a target with {config.num_target_layers} layers, "
                                      f"this target has {n_layers}")
-    bad = [i for i in spec.target_layer_ids if not -1 <= i < n_layers]
+    bad = [i for i in config.target_layer_ids if not -1 <= i < n_layers]
     if bad:
-        raise IncompatibleDraftError(f"{where}: target_layer_ids {spec.target_layer_ids} include {bad}, "
+        raise IncompatibleDraftError(f"{where}: target_layer_ids {config.target_layer_ids} include {bad}, "
                                      f"outside the target's layers -1..{n_layers - 1}")
-    fc_in = int(spec.checkpoint.shape(spec.key_map["fc.weight"])[1])
-    if fc_in != len(spec.target_layer_ids) * target_cfg.hidden_size:
+    fc_in = int(config.checkpoint.shape(config.key_map["fc.weight"])[1])
+    if fc_in != len(config.target_layer_ids) * target_cfg.hidden_size:
         raise IncompatibleDraftError(f"{where}: fc.weight takes {fc_in} features, expected "
-                                     f"{len(spec.target_layer_ids)} taps x {target_cfg.hidden_size}")
-    if spec.mask_token_id is None and tokenizer is not None:
+                                     f"{len(config.target_layer_ids)} taps x {target_cfg.hidden_size}")
+    if config.mask_token_id is None and tokenizer is not None:
         for text in (tokenizer.special.get("mask_token"), "<|MASK|>", "<|mask|>"):
             token_id = tokenizer.token_to_id(text)
             if token_id is not None:
-                spec.mask_token_id = int(token_id)
+                config.mask_token_id = int(token_id)
                 break
-    if spec.mask_token_id is None:
+    if config.mask_token_id is None:
         raise IncompatibleDraftError(f"{where}: no mask_token_id in the config and no mask token in the "
                                      f"target's tokenizer")
-    if not 0 <= spec.mask_token_id < target_cfg.vocab_size:
-        raise IncompatibleDraftError(f"{where}: mask_token_id {spec.mask_token_id} has no embedding row in the "
+    if not 0 <= config.mask_token_id < target_cfg.vocab_size:
+        raise IncompatibleDraftError(f"{where}: mask_token_id {config.mask_token_id} has no embedding row in the "
                                      f"target (vocabulary size {target_cfg.vocab_size})")
 
 
-def normalized_config(spec: BlockDrafterSpec) -> dict:
+def normalized_config(config: BlockDrafterConfig) -> dict:
     """A config with every key explicit (what `convert-draft` and the trainer write)."""
-    b = spec.backbone
-    theta, scaling = rope_settings(spec.raw)
+    b = config.backbone
+    theta, scaling = rope_settings(config.raw)
     return {
         "architectures": ["Qwen3DSparkModel"],
         "model_type": b.family,
-        "draft_method": spec.method,
-        "sample_from_anchor": spec.layout == ANCHOR_FIRST,
-        "block_size": spec.block_size,
-        "target_layer_ids": list(spec.target_layer_ids),
-        "num_target_layers": spec.num_target_layers,
-        "mask_token_id": spec.mask_token_id,
-        "markov_rank": spec.markov_rank,
+        "draft_method": config.method,
+        "sample_from_anchor": config.layout == ANCHOR_FIRST,
+        "block_size": config.block_size,
+        "target_layer_ids": list(config.target_layer_ids),
+        "num_target_layers": config.num_target_layers,
+        "mask_token_id": config.mask_token_id,
+        "markov_rank": config.markov_rank,
         "markov_head_type": "vanilla",
-        "enable_confidence_head": spec.has_confidence_head,
-        "confidence_head_with_markov": spec.confidence_with_markov,
+        "enable_confidence_head": config.has_confidence_head,
+        "confidence_head_with_markov": config.confidence_with_markov,
         "hidden_size": b.hidden_size,
         "intermediate_size": b.intermediate_size,
         "num_hidden_layers": b.num_hidden_layers,
@@ -281,13 +281,13 @@ def normalized_config(spec: BlockDrafterSpec) -> dict:
     }
 
 
-def new_block_drafter_spec(target_cfg: ModelConfig, *, block_size: int, num_layers: int, mask_token_id: int,
+def new_block_drafter_config(target_cfg: ModelConfig, *, block_size: int, num_layers: int, mask_token_id: int,
                            target_layer_ids: list[int] | None = None, num_taps: int = 3, markov_rank: int = 0,
                            confidence_head: bool = False, layout: str = ANCHOR_FIRST,
                            intermediate_size: int | None = None, num_attention_heads: int | None = None,
                            num_key_value_heads: int | None = None, head_dim: int | None = None,
-                           draft_arch: str = "qwen3", model_dir: str | Path = ".") -> BlockDrafterSpec:
-    """A spec for a fresh drafter of `target_cfg` (hidden size, vocabulary and RoPE follow the target)
+                           draft_arch: str = "qwen3", model_dir: str | Path = ".") -> BlockDrafterConfig:
+    """A config for a fresh drafter of `target_cfg` (hidden size, vocabulary and RoPE follow the target)
     whose layers are of the `draft_arch` family (qwen3, llama or qwen2, whatever the target's)."""
     if draft_arch not in DRAFT_ARCHS:
         raise OptionError(f"draft architecture must be one of {', '.join(DRAFT_ARCHS)}, got {draft_arch!r}")
@@ -306,8 +306,8 @@ def new_block_drafter_spec(target_cfg: ModelConfig, *, block_size: int, num_laye
         "eos_token_id": target_cfg.eos_token_ids[0] if target_cfg.eos_token_ids else None,
     }
     backbone = config_from_dict(raw, "new drafter")
-    spec = BlockDrafterSpec(Path(model_dir), FORMAT_DEEPSPEC, layout, block_size, layer_ids, mask_token_id,
+    config = BlockDrafterConfig(Path(model_dir), FORMAT_DEEPSPEC, layout, block_size, layer_ids, mask_token_id,
                             target_cfg.num_hidden_layers, markov_rank, confidence_head,
                             confidence_head and markov_rank > 0, backbone, {}, raw)
-    spec.raw = normalized_config(spec)
-    return spec
+    config.raw = normalized_config(config)
+    return config

@@ -125,18 +125,11 @@ def final_response(request: Request, out: RequestOutput, job: Job, settings: Ser
 
 
 def props(engine: Engine, tokenizer: Tokenizer | None, settings: ServerSettings, version: str) -> dict:
-    defaults = settings.defaults
-    params = make_params(max_tokens=defaults.max_tokens, temperature=defaults.temperature, top_k=defaults.top_k,
-                         top_p=defaults.top_p, min_p=defaults.min_p, seed=defaults.seed,
-                         ignore_eos=defaults.ignore_eos, presence_penalty=defaults.presence_penalty,
-                         frequency_penalty=defaults.frequency_penalty,
-                         repetition_penalty=defaults.repetition_penalty, penalty_last_n=defaults.penalty_last_n,
-                         logit_bias=defaults.logit_bias)
     special = tokenizer.special if tokenizer is not None else {}
     return {
         "default_generation_settings": {"id": 0, "n_ctx": engine.ctx_size, "speculative": engine.driver.enabled,
                                         "is_processing": False,
-                                        "params": generation_settings(params, settings)},
+                                        "params": generation_settings(settings.defaults, settings)},
         "total_slots": engine.n_parallel, "model_path": settings.model_path, "model_alias": settings.model_name,
         "chat_template": (tokenizer.chat_template or "") if tokenizer is not None else "",
         "bos_token": special.get("bos_token") or "", "eos_token": special.get("eos_token") or "",

@@ -16,7 +16,6 @@ from ..sampling import SamplingParams
 from .body import Body, describe
 from .errors import bad_request
 from .penalty_fields import penalty_fields
-from .settings import SamplingDefaults
 
 SEED_MIN, SEED_MAX = -(1 << 63), (1 << 64) - 1
 MAX_CHOICES = 64                          # most choices (`n`) per request
@@ -42,7 +41,7 @@ class Job:
     n: int = 1                            # choices: n requests with seeds seed, seed+1, ... (or random)
 
 
-def sampling_fields(body: Body, defaults: SamplingDefaults, tokenizer: Tokenizer | None,
+def sampling_fields(body: Body, defaults: SamplingParams, tokenizer: Tokenizer | None,
                     temperature_min: float | None = 0.0, temperature_max: float | None = 2.0) -> dict:
     """The sampling fields every generation route shares, as SamplingParams keyword arguments."""
     top_k = body.integer("top_k", defaults.top_k, minimum=-1)
@@ -67,7 +66,7 @@ def make_params(**fields) -> SamplingParams:
         raise bad_request(str(exc), name) from None
 
 
-def _openai_common(body: Body, defaults: SamplingDefaults, tokenizer: Tokenizer | None) -> tuple[dict, int]:
+def _openai_common(body: Body, defaults: SamplingParams, tokenizer: Tokenizer | None) -> tuple[dict, int]:
     """(SamplingParams fields, n)."""
     n = body.integer("n", 1, minimum=1, maximum=MAX_CHOICES)
     fields = sampling_fields(body, defaults, tokenizer)
@@ -134,7 +133,7 @@ def chat_messages(body: Body) -> list[dict]:
     return out
 
 
-def parse_chat(data: dict, tokenizer: Tokenizer | None, defaults: SamplingDefaults) -> Job:
+def parse_chat(data: dict, tokenizer: Tokenizer | None, defaults: SamplingParams) -> Job:
     body = Body(data)
     messages = chat_messages(body)
     stream = body.boolean("stream")
@@ -192,7 +191,7 @@ def completion_prompt(body: Body, tokenizer: Tokenizer | None) -> tuple[list[int
     return body.token_ids("prompt"), ""
 
 
-def parse_completion(data: dict, tokenizer: Tokenizer | None, defaults: SamplingDefaults) -> Job:
+def parse_completion(data: dict, tokenizer: Tokenizer | None, defaults: SamplingParams) -> Job:
     body = Body(data)
     prompt_ids, prompt_text = completion_prompt(body, tokenizer)
     stream = body.boolean("stream")

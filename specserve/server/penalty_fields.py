@@ -15,13 +15,12 @@ from __future__ import annotations
 import math
 
 from ..models.tokenizer import Tokenizer
-from ..sampling import WHOLE_HISTORY
+from ..sampling import WHOLE_HISTORY, SamplingParams
 from .body import Body, describe
 from .errors import bad_request
-from .settings import SamplingDefaults
 
 
-def penalty_fields(body: Body, defaults: SamplingDefaults, tokenizer: Tokenizer | None) -> dict:
+def penalty_fields(body: Body, defaults: SamplingParams, tokenizer: Tokenizer | None) -> dict:
     repetition = body.number("repeat_penalty", defaults.repetition_penalty, 0.0, 10.0)
     repetition = body.number("repetition_penalty", repetition, 0.0, 10.0)
     if repetition <= 0:

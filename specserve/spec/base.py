@@ -18,17 +18,8 @@ import torch
 
 from ..models.step_batch import StepBatch
 from ..models.transformer import ForwardOutput
-
-
-@dataclass
-class Option:
-    """A command-line option a proposer declares; the CLI and server pick these up."""
-    flags: tuple[str, ...]
-    dest: str
-    type: type
-    default: Any
-    help: str
-    env: str | None = None
+from ..option import Option
+from .draft_options import draft_settings
 
 
 @dataclass
@@ -77,8 +68,9 @@ class ProposerContext:
 
 class Proposer:
     name: ClassVar[str] = "base"                  # the --spec-type name
-    stats_name: ClassVar[str | None] = None       # name in statistics lines (default: name)
-    options: ClassVar[list[Option]] = []
+    options: ClassVar[list[Option]] = []          # its own options (the CLI, server and docs list them)
+    model_drafter: ClassVar[bool] = False         # drafts with a model and reads the --spec-draft-* options
+    needs_draft_model: ClassVar[bool] = False     # cannot run without a draft model folder (-md)
     taps: tuple[int, ...] = ()                    # target layers whose output the proposer reads
     needs_final_hidden: bool = False              # wants the target's final-normed hidden states
 
@@ -102,7 +94,7 @@ class Proposer:
 
     def max_draft(self) -> int:
         """Longest draft this proposer can return (sizes the per-position statistics)."""
-        return int(self.ctx.options.get("spec_draft_n_max", 3))
+        return draft_settings(self.ctx.options).n_max
 
 
 class TokenProposer(Proposer):

@@ -9,12 +9,9 @@ context. `draft()` then runs ONE draft forward for all requesting slots, each wi
 of the same size (the block-uniformity the Markov chain needs); the driver truncates each slot
 to its own cap afterwards.
 
-DSpark adds the Markov chain (spec/markov_chain.py) and the confidence head: `--spec-draft-p-min`
-cuts a block at the first position predicted below P, and with `--spec-schedule` (or its alias
-`--spec-dspark-schedule`) its drafts carry the head's predictions, which the batch scheduler
-(spec/acceptance_schedule.py, the paper's Algorithm 1) uses instead of its history estimate.
-At temperature > 0 DSpark samples its chain and hands q to rejection sampling; DFlash drafts
-greedily (one-hot verification) unless `--spec-dflash-sample sample`.
+DFlash drafts greedily (one-hot verification) unless `--spec-dflash-sample sample`; its
+`--spec-draft-p-min` cuts a block at the draft's own top probability. DSpark (dspark.py) is this
+class with a Markov chain and a confidence head.
 """
 from __future__ import annotations
 
@@ -27,9 +24,10 @@ import torch
 from ..errors import OptionError
 from ..models.block_drafter import load_block_drafter
 from ..models.block_drafter_format import LAYOUTS
-from ..kernels.packed import check_quant
-from .base import Draft, DraftRequest, Option, Proposer, ProposerContext, TargetBatch
+from ..option import Option, read_options
+from .base import Draft, DraftRequest, Proposer, ProposerContext, TargetBatch
 from .confidence_schedule import confident_prefix_lengths
+from .draft_options import draft_settings
 from .markov_chain import gumbel_noise, run_block_chain
 
 log = logging.getLogger("specserve.spec")
@@ -53,6 +51,7 @@ class _SlotContext:
 
 class DFlash(Proposer):
     name = "draft-dflash"
+    model_drafter = needs_draft_model = True
     uses_markov = False
     options = [
         Option(("--spec-dflash-layout",), "spec_dflash_layout", str, "auto",
@@ -68,32 +67,30 @@ class DFlash(Proposer):
         super().__init__(ctx)
         if not ctx.draft_model_dir:
             raise OptionError(f"--spec-type {self.name} needs a draft model folder (-md DIR)")
-        opts = ctx.options
-        self.sample_mode = str(opts.get("spec_dflash_sample", "auto"))
-        if self.sample_mode not in SAMPLE_MODES:
-            raise OptionError(f"--spec-dflash-sample must be one of {', '.join(SAMPLE_MODES)}, "
-                              f"got {self.sample_mode!r}")
-        layout = opts.get("spec_dflash_layout", "auto") or "auto"
+        own = read_options(DFlash.options, ctx.options, prefix="spec_dflash_")
+        if own.sample not in SAMPLE_MODES:
+            raise OptionError(f"--spec-dflash-sample must be one of {', '.join(SAMPLE_MODES)}, got {own.sample!r}")
+        self.sample_mode = own.sample
+        layout = own.layout or "auto"
         if layout not in ("auto",) + LAYOUTS:
             raise OptionError(f"--spec-dflash-layout must be auto, {' or '.join(LAYOUTS)}, got {layout!r}")
+        self.settings = draft_settings(ctx.options)
         self.drafter = load_block_drafter(ctx.draft_model_dir, ctx.target, layout, ctx.tokenizer)
-        spec = self.drafter.spec
-        if self.uses_markov and not spec.markov_rank:
+        config = self.drafter.config
+        if self.uses_markov and not config.markov_rank:
             raise OptionError(f"{ctx.draft_model_dir} has no Markov head (a DFlash draft): use --spec-type "
                               f"draft-dflash")
-        if not self.uses_markov and spec.markov_rank:
+        if not self.uses_markov and config.markov_rank:
             raise OptionError(f"{ctx.draft_model_dir} has a Markov head (a DSpark draft): use --spec-type "
                               f"draft-dspark")
-        self.taps = tuple(spec.target_layer_ids)
-        requested = int(opts.get("spec_draft_n_max", 3))
-        self.n_draft = max(1, min(requested, spec.max_drafts))
-        if requested > spec.max_drafts:
+        self.taps = tuple(config.target_layer_ids)
+        self.n_draft = min(self.settings.n_max, config.max_drafts)
+        if self.settings.n_max > config.max_drafts:
             log.info("%s: --spec-draft-n-max %d clamped to the trained block (%d drafts, %s layout)",
-                     self.name, requested, spec.max_drafts, spec.layout)
-        self.n_min = int(opts.get("spec_draft_n_min", 0))
-        self.p_min = float(opts.get("spec_draft_p_min", 0.0))
-        self.mask_token_id = spec.mask_token_id
-        self.drafter.quant = check_quant(opts.get("quant_draft"), "--quant-draft")
+                     self.name, self.settings.n_max, config.max_drafts, config.layout)
+        self.n_min, self.p_min = self.settings.n_min, self.settings.p_min
+        self.mask_token_id = config.mask_token_id
+        self.drafter.quant = self.settings.quant_draft
         self.cache = self.drafter.new_cache(ctx.n_slots, ctx.max_ctx)
         self.slots = [_SlotContext() for _ in range(ctx.n_slots)]
         self._check_confidence_options()
@@ -222,32 +219,3 @@ class DFlash(Proposer):
         if confidence is not None and self.p_min > 0:
             lengths = np.minimum(lengths, confident_prefix_lengths(confidence, self.p_min))
         return lengths
-
-
-class DSpark(DFlash):
-    name = "draft-dspark"
-    uses_markov = True
-    options = [
-        Option(("--spec-dspark-schedule",), "spec_dspark_schedule", bool, False,
-               "draft-dspark: --spec-schedule fed by the confidence head (the per-position acceptance it "
-               "predicts replaces the scheduler's estimate from history; DSpark's Algorithm 1)"),
-        Option(("--spec-dspark-cost-table",), "spec_dspark_cost_table", str, None,
-               "draft-dspark: the same as --spec-schedule-cost-table"),
-    ]
-
-    def _check_confidence_options(self) -> None:
-        opts = self.ctx.options
-        # with a scheduler, drafts carry the confidence head's predictions for it to use
-        self.schedule = bool(opts.get("spec_dspark_schedule") or opts.get("spec_schedule"))
-        has_head = self.drafter.confidence_head is not None
-        if self.p_min > 0 and not has_head:
-            raise OptionError(f"--spec-draft-p-min {self.p_min} needs a confidence head, and the DSpark draft "
-                              f"{self.ctx.draft_model_dir} has none (set it to 0)")
-        if opts.get("spec_dspark_schedule") and not has_head:
-            raise OptionError(f"--spec-dspark-schedule needs a confidence head, and the DSpark draft "
-                              f"{self.ctx.draft_model_dir} has none (--spec-schedule estimates from history)")
-
-    def _confidence(self, rows: torch.Tensor, chain, base_logits: torch.Tensor) -> np.ndarray | None:
-        if self.drafter.confidence_head is None or (self.p_min <= 0 and not self.schedule):
-            return None
-        return torch.sigmoid(self.drafter.confidence_logits(rows, chain.prev).float()).cpu().numpy()

@@ -17,37 +17,17 @@ to feed back with the next token.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from types import SimpleNamespace
 from typing import Callable
 
 import torch
 
-from ..errors import OptionError
 from ..models.step_batch import StepBatch
 from .base import Draft, DraftRequest
 
 TOP_K = 10
 # longest first-step segment per slot; longer catch-ups (a fresh prompt) are fed in chunks first
 MAX_CATCH_UP_ROWS = 256
-
-
-@dataclass
-class DraftSettings:
-    n_max: int
-    n_min: int
-    p_min: float
-    sample: bool
-
-    @classmethod
-    def from_options(cls, options: dict) -> "DraftSettings":
-        s = cls(int(options.get("spec_draft_n_max", 3)), int(options.get("spec_draft_n_min", 0)),
-                float(options.get("spec_draft_p_min", 0.0)), bool(options.get("spec_draft_sample", False)))
-        if s.n_max < 1:
-            raise OptionError(f"--spec-draft-n-max must be >= 1, got {s.n_max}")
-        if s.n_min < 0:
-            raise OptionError(f"--spec-draft-n-min must be >= 0, got {s.n_min}")
-        if not 0.0 <= s.p_min <= 1.0:
-            raise OptionError(f"--spec-draft-p-min must be in [0, 1], got {s.p_min}")
-        return s
 
 
 @dataclass
@@ -62,7 +42,7 @@ class ChainRows:
 StepFn = Callable[[StepBatch, "torch.Tensor | None"], "tuple[torch.Tensor | None, torch.Tensor | None]"]
 
 
-def pick_tokens(logits: torch.Tensor, requests: list[DraftRequest], settings: DraftSettings,
+def pick_tokens(logits: torch.Tensor, requests: list[DraftRequest], settings: SimpleNamespace,
                 id_map: torch.Tensor | None, vocab_size: int):
     """Top-10 pick per row. Returns (target token ids [S], top-1 probability [S], q rows or None per row)."""
     logits = logits.float()
@@ -99,7 +79,7 @@ def _feed_long_catch_ups(first: list[ChainRows], step: StepFn) -> None:
                 r.hidden = r.hidden[n:]
 
 
-def run_chain(requests: list[DraftRequest], first: list[ChainRows], step: StepFn, settings: DraftSettings,
+def run_chain(requests: list[DraftRequest], first: list[ChainRows], step: StepFn, settings: SimpleNamespace,
               vocab_size: int, id_map: torch.Tensor | None = None) -> dict[int, Draft]:
     """Draft for every slot in `first` (a subset of `requests`), one forward per draft step."""
     by_slot = {r.slot: r for r in requests}

@@ -15,27 +15,28 @@ import torch
 from ..errors import OptionError
 from ..models.step_batch import StepBatch
 from ..models.transformer import CausalLM
-from ..kernels.packed import check_quant
 from .base import Draft, DraftRequest, Proposer, ProposerContext
-from .draft_chain import ChainRows, DraftSettings, run_chain
+from .draft_chain import ChainRows, run_chain
+from .draft_options import draft_settings
 from .vocab_compat import check_vocab_compatible
 
 
 class DraftSimple(Proposer):
     name = "draft-simple"
+    model_drafter = needs_draft_model = True
 
     def __init__(self, ctx: ProposerContext):
         super().__init__(ctx)
         if not ctx.draft_model_dir:
             raise OptionError("--spec-type draft-simple needs a draft model: -md / --spec-draft-model DIR")
         target = ctx.target
-        self.settings = DraftSettings.from_options(ctx.options)
+        self.settings = draft_settings(ctx.options)
         self.model = CausalLM.from_pretrained(ctx.draft_model_dir, dtype=target.dtype, device=target.device)
         check_vocab_compatible(ctx.tokenizer, target.config.vocab_size, ctx.draft_model_dir,
                                self.model.config.vocab_size)
         self.target_vocab = target.config.vocab_size
         self.draft_vocab = self.model.config.vocab_size
-        self.model.quant = check_quant(ctx.options.get("quant_draft"), "--quant-draft")
+        self.model.quant = self.settings.quant_draft
         self.cache = self.model.new_cache(ctx.n_slots, ctx.max_ctx)
         # the tokens whose rows are in each slot's draft cache (valid up to cache.length(slot))
         self.seen = np.zeros((ctx.n_slots, self.cache.capacity + 1), dtype=np.int64)

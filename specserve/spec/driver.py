@@ -145,7 +145,7 @@ class SpecDriver:
             p.release(slot)
 
     def stats_lines(self) -> list[str]:
-        return [self.counters[p.name].line(p.stats_name or p.name) for p in self.proposers]
+        return [self.counters[p.name].line(p.name) for p in self.proposers]
 
     def stats_dict(self) -> dict:
         return {p.name: self.counters[p.name].as_dict() for p in self.proposers}

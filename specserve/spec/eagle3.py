@@ -11,13 +11,13 @@ import torch
 
 from ..errors import OptionError
 from ..models.eagle3_format import load_eagle3
-from ..kernels.packed import check_quant
 from .base import ProposerContext, TargetBatch
 from .hidden_chain import HiddenChainProposer
 
 
 class Eagle3Proposer(HiddenChainProposer):
     name = "draft-eagle3"
+    needs_draft_model = True
 
     def __init__(self, ctx: ProposerContext):
         super().__init__(ctx)
@@ -27,7 +27,7 @@ class Eagle3Proposer(HiddenChainProposer):
         self.feature_taps = taps                     # concatenation order of the checkpoint
         self.taps = tuple(sorted(set(taps)))
         self.needs_final_hidden = not self.head.opts.use_aux
-        self.head.quant = check_quant(ctx.options.get("quant_draft"), "--quant-draft")
+        self.head.quant = self.settings.quant_draft
         self.cache = self.head.new_cache(ctx.n_slots, ctx.max_ctx)
         if self.head.opts.draft_vocab_size != self.target_vocab or bool(self.head.d2t.any()):
             self.id_map = self.head.target_ids()

@@ -24,7 +24,8 @@ import torch
 
 from ..models.step_batch import StepBatch
 from .base import Draft, DraftRequest, Proposer, ProposerContext, TargetBatch
-from .draft_chain import ChainRows, DraftSettings, run_chain
+from .draft_chain import ChainRows, run_chain
+from .draft_options import draft_settings
 
 log = logging.getLogger("specserve.spec")
 
@@ -78,10 +79,11 @@ class HiddenChainProposer(Proposer):
     with `self.head.new_cache`, and implement `features()`."""
 
     id_map: torch.Tensor | None = None      # draft vocabulary id -> target id (EAGLE-3 d2t)
+    model_drafter = True
 
     def __init__(self, ctx: ProposerContext):
         super().__init__(ctx)
-        self.settings = DraftSettings.from_options(ctx.options)
+        self.settings = draft_settings(ctx.options)
         self.slots = [SlotRows() for _ in range(ctx.n_slots)]
         self.target_vocab = ctx.target.config.vocab_size
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 import torch
 
 from ..models.mtp_format import load_mtp_head
-from ..kernels.packed import check_quant
 from .base import ProposerContext, TargetBatch
 from .hidden_chain import HiddenChainProposer
 
@@ -23,7 +22,7 @@ class MtpProposer(HiddenChainProposer):
     def __init__(self, ctx: ProposerContext):
         super().__init__(ctx)
         self.head = load_mtp_head(ctx.target, ctx.draft_model_dir)
-        self.head.quant = check_quant(ctx.options.get("quant_draft"), "--quant-draft")
+        self.head.quant = self.settings.quant_draft
         self.cache = self.head.new_cache(ctx.n_slots, ctx.max_ctx)
 
     def features(self, batch: TargetBatch) -> torch.Tensor:

@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .base import DraftRequest, Option, TokenProposer
+from ..option import Option, read_options
+from .base import DraftRequest, TokenProposer
 from .ngram_cache_store import NGRAM_MAX, NGRAM_MIN, NgramCache, cache_draft
 
 N_DRAFT = 8
@@ -30,8 +31,8 @@ class NgramCacheProposer(TokenProposer):
 
     def __init__(self, ctx):
         super().__init__(ctx)
-        static_path = ctx.options.get("lookup_cache_static")
-        dynamic_path = ctx.options.get("lookup_cache_dynamic")
+        own = read_options(self.options, ctx.options, prefix="lookup_cache_")
+        static_path, dynamic_path = own.static, own.dynamic
         self.static = NgramCache.load(static_path, "static lookup cache (--lookup-cache-static)") \
             if static_path else NgramCache()
         self.dynamic = NgramCache.load(dynamic_path, "dynamic lookup cache (--lookup-cache-dynamic)") \

@@ -28,7 +28,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..errors import OptionError
-from .base import DraftRequest, Option, TokenProposer
+from ..option import Option, read_options
+from .base import DraftRequest, TokenProposer
 from .ngram_search import common_prefix_len, ngram_positions
 
 KEY_MAP_SIZE = 262144
@@ -264,10 +265,8 @@ class NgramMapK(TokenProposer):
 
     def __init__(self, ctx):
         super().__init__(ctx)
-        prefix = f"spec_ngram_map_{self.kind}"
-        self.n = int(ctx.options.get(f"{prefix}_size_n", 12))
-        self.m = int(ctx.options.get(f"{prefix}_size_m", 48))
-        self.min_hits = int(ctx.options.get(f"{prefix}_min_hits", 1))
+        own = read_options(self.options, ctx.options, prefix=f"spec_ngram_map_{self.kind}_")
+        self.n, self.m, self.min_hits = own.size_n, own.size_m, own.min_hits
         if self.n < 1 or self.m < 1:
             raise OptionError(f"--spec-ngram-map-{self.kind}-size-n and -size-m must be >= 1 "
                               f"(got {self.n} and {self.m})")

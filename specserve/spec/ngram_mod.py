@@ -20,7 +20,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import OptionError
-from .base import DraftRequest, Option, TokenProposer
+from ..option import Option, read_options
+from .base import DraftRequest, TokenProposer
 
 log = logging.getLogger("specserve.spec")
 
@@ -124,15 +125,12 @@ class NgramMod(TokenProposer):
 
     def __init__(self, ctx):
         super().__init__(ctx)
-        values = {}
+        own = read_options(self.options, ctx.options, prefix="spec_ngram_mod_")
         for opt in self.options:
-            value = int(ctx.options.get(opt.dest, opt.default))
+            value = opt.value(ctx.options)
             if not 1 <= value <= 1024:
                 raise OptionError(f"{opt.flags[0]} must be in 1..1024 (got {value})")
-            values[opt.dest] = value
-        self.n = values["spec_ngram_mod_n_match"]
-        self.n_min = values["spec_ngram_mod_n_min"]
-        self.n_max = values["spec_ngram_mod_n_max"]
+        self.n, self.n_min, self.n_max = own.n_match, own.n_min, own.n_max
         if self.n < 16:
             log.warning("ngram-mod: n_match=%d is small; expect poor drafts (llama.cpp PR #19164)", self.n)
         self.pool = NgramModPool(self.n)

@@ -10,7 +10,8 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import OptionError
-from .base import DraftRequest, Option, TokenProposer
+from ..option import Option, read_options
+from .base import DraftRequest, TokenProposer
 from .ngram_search import find_last_ngram
 
 
@@ -41,8 +42,8 @@ class NgramSimple(TokenProposer):
 
     def __init__(self, ctx):
         super().__init__(ctx)
-        self.n = int(ctx.options.get("spec_ngram_simple_size_n", 12))
-        self.m = int(ctx.options.get("spec_ngram_simple_size_m", 48))
+        own = read_options(self.options, ctx.options, prefix="spec_ngram_simple_")
+        self.n, self.m = own.size_n, own.size_m
         if self.n < 1 or self.m < 1:
             raise OptionError("--spec-ngram-simple-size-n and --spec-ngram-simple-size-m must be >= 1")
 

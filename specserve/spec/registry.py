@@ -8,7 +8,8 @@ from __future__ import annotations
 import importlib
 
 from ..errors import OptionError
-from .base import Option, Proposer
+from ..option import Option
+from .base import Proposer
 
 # llama.cpp's order, whatever order the user lists types in (reference section 1.2)
 PRECEDENCE = [
@@ -26,7 +27,7 @@ REGISTRY: dict[str, str | type] = {
     "draft-eagle3": "eagle3:Eagle3Proposer",
     "draft-mtp": "mtp:MtpProposer",
     "draft-dflash": "dflash:DFlash",
-    "draft-dspark": "dflash:DSpark",
+    "draft-dspark": "dspark:DSpark",
 }
 
 
@@ -74,3 +75,8 @@ def resolve_spec_types(value: str | list[str] | None, spec_default: bool = False
 def all_options() -> list[Option]:
     """Options declared by every registered proposer (for the CLI and the server)."""
     return [opt for name in REGISTRY for opt in proposer_class(name).options]
+
+
+def draftless_types() -> list[str]:
+    """The types that draft from the token history alone (no model), in precedence order."""
+    return [n for n in available_types() if n != "none" and not proposer_class(n).model_drafter]

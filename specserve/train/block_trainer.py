@@ -26,7 +26,7 @@ from tqdm import tqdm
 
 from ..errors import OptionError
 from ..models.block_drafter import BlockDrafter, save_block_drafter
-from ..models.block_drafter_format import ANCHOR_FIRST, new_block_drafter_spec
+from ..models.block_drafter_format import ANCHOR_FIRST, new_block_drafter_config
 from ..models.tokenizer import Tokenizer
 from ..models.transformer import CausalLM
 from ..spec.markov_chain import teacher_prev_tokens
@@ -125,12 +125,12 @@ class BlockTrainer:
         self.train_set, self.eval_set = self._split()
         mask = self._mask_token_id()
         dspark = cfg.method == "dspark"
-        spec = new_block_drafter_spec(self.target.config, block_size=cfg.block_size, num_layers=cfg.num_layers,
-                                      mask_token_id=mask, num_taps=cfg.num_taps,
-                                      markov_rank=cfg.markov_rank if dspark else 0,
-                                      confidence_head=dspark and cfg.confidence_head, layout=ANCHOR_FIRST,
-                                      draft_arch=cfg.draft_arch, model_dir=self.out)
-        self.model = BlockDrafter(spec)
+        shape = new_block_drafter_config(
+            self.target.config, block_size=cfg.block_size, num_layers=cfg.num_layers, mask_token_id=mask,
+            num_taps=cfg.num_taps, markov_rank=cfg.markov_rank if dspark else 0,
+            confidence_head=dspark and cfg.confidence_head, layout=ANCHOR_FIRST, draft_arch=cfg.draft_arch,
+            model_dir=self.out)
+        self.model = BlockDrafter(shape)
         self.model.init_weights(seed=cfg.seed)
         if cfg.init_from_target:
             init_from_target(self.model, self.target)
@@ -191,14 +191,14 @@ class BlockTrainer:
         return [self.train_set[i] for i in chosen]
 
     def make_batch(self, samples, seed: int) -> BlockBatch:
-        spec = self.model.spec
-        return make_block_batch(self._sequences(samples), self.cfg.anchors, spec.block_size, spec.max_drafts,
-                                spec.mask_token_id, torch.Generator().manual_seed(seed))
+        shape = self.model.config
+        return make_block_batch(self._sequences(samples), self.cfg.anchors, shape.block_size, shape.max_drafts,
+                                shape.mask_token_id, torch.Generator().manual_seed(seed))
 
     # ------------------------------------------------------------------ one forward
     def losses(self, batch: BlockBatch):
         model, target = self.model, self.target
-        ids = model.spec.target_layer_ids
+        ids = model.config.target_layer_ids
         with torch.no_grad():
             final, taps = target.forward_full(batch.tokens, taps=ids)
             feats = torch.cat([taps[i] for i in ids], dim=-1)
@@ -336,23 +336,23 @@ class BlockTrainer:
 
 
 def model_card(model: BlockDrafter, summary: dict) -> str:
-    cfg, spec, ev = summary["config"], model.spec, summary["eval"]
+    cfg, shape, ev = summary["config"], model.config, summary["eval"]
     n_params = sum(p.numel() for p in model.parameters())
-    name = "DSpark" if spec.markov_rank else "DFlash"
-    rates = ", ".join(f"{ev[f'accept_rate@{k}']:.3f}" for k in range(spec.max_drafts) if f"accept_rate@{k}" in ev)
+    name = "DSpark" if shape.markov_rank else "DFlash"
+    rates = ", ".join(f"{ev[f'accept_rate@{k}']:.3f}" for k in range(shape.max_drafts) if f"accept_rate@{k}" in ev)
     return f"""# {name} drafter for `{Path(cfg['target_dir']).name}`
 
 A {name} block drafter (`--spec-type draft-{name.lower()}`) trained by `specserve train-draft` for the
 target `{cfg['target_dir']}`. DeepSpec format, anchor-first layout: one draft forward gives
-{spec.max_drafts} drafts from a block of {spec.block_size} (`--spec-draft-n-max {spec.max_drafts}`).
+{shape.max_drafts} drafts from a block of {shape.block_size} (`--spec-draft-n-max {shape.max_drafts}`).
 
 | | |
 |---|---|
-| draft layers | {spec.backbone.num_hidden_layers} {spec.backbone.family}-style (hidden {spec.backbone.hidden_size}, {spec.backbone.num_attention_heads} heads, {spec.backbone.num_key_value_heads} KV heads, MLP {spec.backbone.intermediate_size}) |
-| target taps | outputs of layers {spec.target_layer_ids} |
-| Markov head | {f"rank {spec.markov_rank}" if spec.markov_rank else "none"} |
-| confidence head | {"yes (input: final hidden + Markov feature)" if spec.has_confidence_head else "no"} |
-| mask token id | {spec.mask_token_id} |
+| draft layers | {shape.backbone.num_hidden_layers} {shape.backbone.family}-style (hidden {shape.backbone.hidden_size}, {shape.backbone.num_attention_heads} heads, {shape.backbone.num_key_value_heads} KV heads, MLP {shape.backbone.intermediate_size}) |
+| target taps | outputs of layers {shape.target_layer_ids} |
+| Markov head | {f"rank {shape.markov_rank}" if shape.markov_rank else "none"} |
+| confidence head | {"yes (input: final hidden + Markov feature)" if shape.has_confidence_head else "no"} |
+| mask token id | {shape.mask_token_id} |
 | parameters | {n_params / 1e6:.2f} M (the embedding and lm_head are the target's and are not stored) |
 | training data | {summary['train_samples']} target-regenerated samples ({summary['train_tokens']} tokens), {summary['eval_samples']} held out |
 | training | {cfg['steps']} steps x {cfg['batch_size']} sequences (max {cfg['max_len']} tokens, {cfg['anchors']} anchors each), AdamW lr {cfg['lr']}, warmup {cfg['warmup']}, cosine, clip {cfg['clip']}, gamma {cfg['gamma']} |

@@ -1,0 +1,35 @@
+"""The options every model drafter reads (draft-simple, -eagle3, -mtp, -dflash, -dspark), with llama.cpp's
+names and defaults (common/arg.cpp: --spec-draft-n-max 3 as in `common_params_speculative`)."""
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+from ..errors import OptionError
+from ..kernels.packed import check_quant
+from ..option import Option, read_options
+
+DRAFT_OPTIONS = [
+    Option(("--spec-draft-n-max",), "spec_draft_n_max", int, 3, "most tokens to draft per step (draft-* types)"),
+    Option(("--spec-draft-n-min",), "spec_draft_n_min", int, 0, "discard drafts shorter than this (draft-* types)"),
+    Option(("--spec-draft-p-min", "--draft-p-min"), "spec_draft_p_min", float, 0.0,
+           "stop drafting below this probability / predicted acceptance (draft-* types)"),
+    Option(("--spec-draft-sample",), "spec_draft_sample", bool, False,
+           "draft-simple/eagle3/mtp at temperature > 0: sample drafts from the draft's top-10 distribution and "
+           "verify by rejection sampling with it (default: greedy drafts, verified one-hot as in llama.cpp)"),
+    Option(("--quant-draft",), "quant_draft", str, "none",
+           "weight quantization of the draft model or head: none or int8 (native kernels only); drafts are "
+           "verified by the target, so output does not change"),
+]
+
+
+def draft_settings(values: dict) -> SimpleNamespace:
+    """n_max, n_min, p_min, sample and quant_draft, checked."""
+    s = read_options(DRAFT_OPTIONS, values, prefix="spec_draft_")
+    if s.n_max < 1:
+        raise OptionError(f"--spec-draft-n-max must be >= 1, got {s.n_max}")
+    if s.n_min < 0:
+        raise OptionError(f"--spec-draft-n-min must be >= 0, got {s.n_min}")
+    if not 0.0 <= s.p_min <= 1.0:
+        raise OptionError(f"--spec-draft-p-min must be in [0, 1], got {s.p_min}")
+    s.quant_draft = check_quant(s.quant_draft, "--quant-draft")
+    return s
