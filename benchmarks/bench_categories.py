@@ -36,7 +36,7 @@ from specserve.bench.records import write_json  # noqa: E402
 from specserve.bench.results import SampleResult  # noqa: E402
 from specserve.bench.summary import summarise  # noqa: E402
 from specserve.bundled import STDLIB_CODER, shipped_drafters  # noqa: E402
-from specserve.spec.registry import available_types, proposer_class  # noqa: E402
+from specserve.speculative.registry import available_types, proposer_class  # noqa: E402
 
 ENV = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
 

@@ -26,7 +26,7 @@ from specserve import kernels
 from specserve.errors import SpecServeError
 from specserve.bundled import shipped_drafters
 from specserve.llm import BUNDLED_MODEL
-from specserve.spec.registry import available_types, proposer_class
+from specserve.speculative.registry import available_types, proposer_class
 
 from prompt_sets import CODE_PROMPTS, TEXT_PROMPTS
 
@@ -66,12 +66,12 @@ def run_set(llm, prompts, temperature, n_tokens, seed=0):
     cpu0 = time.process_time()
     outs = [llm.generate(p, sp)[0] for p, sp in zip(prompts, params)]       # one request at a time
     cpu_s = time.process_time() - cpu0
-    steps = sum(o.spec.get("verify_steps", 0) for o in outs)
-    accepted = sum(o.spec.get("accepted", 0) for o in outs)
-    drafted = sum(o.spec.get("drafted", 0) for o in outs)
+    steps = sum(o.draft_stats.get("verify_steps", 0) for o in outs)
+    accepted = sum(o.draft_stats.get("accepted", 0) for o in outs)
+    drafted = sum(o.draft_stats.get("drafted", 0) for o in outs)
     per_pos: list[int] = []
     for o in outs:
-        for i, c in enumerate(o.spec.get("accepted_per_pos", [])):
+        for i, c in enumerate(o.draft_stats.get("accepted_per_pos", [])):
             if len(per_pos) <= i:
                 per_pos.append(0)
             per_pos[i] += c

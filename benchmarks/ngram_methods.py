@@ -29,7 +29,7 @@ from specserve import LLM, SamplingParams
 from specserve import kernels
 from specserve.commands.demo import DEMO_PROMPT
 from specserve.llm import BUNDLED_MODEL
-from specserve.spec.ngram_cache_store import NGRAM_STATIC, NgramCache
+from specserve.speculative.ngram_cache_store import NGRAM_STATIC, NgramCache
 
 # Each prompt shows some code, then starts writing it again with a small change; the
 # faithful continuation copies most of it.
@@ -200,9 +200,9 @@ def run_set(model: str, spec_type: str, options: dict, prompts: list[list[int]],
     cpu_s = time.process_time() - cpu0
     decode_ms = sum(o.timings["predicted_ms"] for o in outs)
     tokens = sum(len(o.token_ids) for o in outs)
-    drafted = sum(o.spec.get("drafted", 0) for o in outs)
-    accepted = sum(o.spec.get("accepted", 0) for o in outs)
-    steps = sum(o.spec.get("verify_steps", 0) for o in outs)
+    drafted = sum(o.draft_stats.get("drafted", 0) for o in outs)
+    accepted = sum(o.draft_stats.get("accepted", 0) for o in outs)
+    steps = sum(o.draft_stats.get("verify_steps", 0) for o in outs)
     return {"cpu_s": cpu_s, "decode_ms": decode_ms, "tokens": tokens, "tokens_per_s": 1000 * tokens / decode_ms,
             "drafted": drafted, "accepted": accepted, "verify_steps": steps,
             "acceptance_rate": accepted / drafted if drafted else None,

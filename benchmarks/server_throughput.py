@@ -38,7 +38,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from specserve.bundled import shipped_drafters  # noqa: E402
 from specserve.llm import BUNDLED_MODEL  # noqa: E402
-from specserve.spec.registry import available_types, proposer_class  # noqa: E402
+from specserve.speculative.registry import available_types, proposer_class  # noqa: E402
 
 from serve_process import ServeProcess  # noqa: E402
 from server_prompts import prompts  # noqa: E402

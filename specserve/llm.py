@@ -18,11 +18,11 @@ from .kernels.packed import check_quant
 from .models.step_batch import StepBatch
 from .models.tokenizer import Tokenizer
 from .models.transformer import CausalLM
-from .spec.option_table import default_spec_options
+from .speculative.option_table import default_spec_options
 from .sampling import SamplingParams
-from .spec.base import ProposerContext
-from .spec.driver import build_driver
-from .spec.registry import resolve_spec_types
+from .speculative.base import ProposerContext
+from .speculative.driver import build_driver
+from .speculative.registry import resolve_spec_types
 
 log = logging.getLogger("specserve")
 

@@ -15,8 +15,8 @@ import os
 from .errors import OptionError
 from .option import Option
 from .sampling import LLAMA_CPP_DEFAULTS as SAMPLING
-from .spec.option_table import SPEC_OPTIONS
-from .spec.registry import all_options
+from .speculative.option_table import SPEC_OPTIONS
+from .speculative.registry import all_options
 
 MODEL_OPTIONS = [
     Option(("-m", "--model"), "model", str, None, "model folder (Hugging Face layout); default: the bundled model",

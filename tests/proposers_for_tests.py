@@ -10,7 +10,7 @@ import time
 import numpy as np
 import torch
 
-from specserve.spec.base import Draft, Proposer
+from specserve.speculative.base import Draft, Proposer
 
 
 class Oracle(Proposer):

@@ -17,7 +17,7 @@ TESTS = Path(__file__).resolve().parent
 # registers the test-only proposers, then runs the normal command line
 WITH_TEST_PROPOSERS = (
     "import sys; sys.path.insert(0, {tests!r}); import proposers_for_tests as p; "
-    "from specserve.spec import registry; registry.REGISTRY[p.FaultyForTrigger.name] = p.FaultyForTrigger; "
+    "from specserve.speculative import registry; registry.REGISTRY[p.FaultyForTrigger.name] = p.FaultyForTrigger; "
     "registry.REGISTRY[p.SlowForTrigger.name] = p.SlowForTrigger; "
     "from specserve.cli import main; sys.exit(main(sys.argv[1:]))"
 )

@@ -13,7 +13,7 @@ from specserve.models.block_drafter import load_block_drafter
 from specserve.models.block_drafter_format import (ANCHOR_FIRST, BONUS_ANCHOR, build_target_layer_ids,
                                                    read_block_drafter)
 from specserve.models.transformer import CausalLM
-from specserve.spec.markov_chain import gumbel_noise, run_block_chain, teacher_forced_logits
+from specserve.speculative.markov_chain import gumbel_noise, run_block_chain, teacher_forced_logits
 
 DSPARK = dict(markov_rank=8, confidence=True)
 

@@ -73,7 +73,7 @@ def test_losses_and_estimates():
     target = torch.tensor([[5.0, 0, 0], [5.0, 0, 0]])
     labels, positions = torch.tensor([0, 0]), torch.tensor([0, 1])
     total, metrics, accept, match = block_losses(logits, target, labels, positions, torch.zeros(2),
-                                                 LOSS_WEIGHTS["dspark"], 4.0)
+                                                 LOSS_WEIGHTS["draft-dspark"], 4.0)
     assert accept[0] == 1 and accept[1] < 0.05 and match.tolist() == [1, 0]
     assert metrics["loss_l1"] > 0 and "loss_conf" in metrics
     est = acceptance_estimates(torch.tensor([[[1.0, 0.5]]]), torch.tensor([[[1.0, 1.0]]]),
@@ -123,11 +123,11 @@ def test_train_draft_and_convert_draft_commands(tmp_path, target_dir, regen_samp
     from specserve.train import block_trainer
     monkeypatch.setattr(block_trainer.BlockTrainer, "_load_samples", lambda self, s: regen_samples)
     out = tmp_path / "cli-dspark"
-    rc = main(["train-draft", "--method", "dspark", "--target", str(target_dir), "--out", str(out), "--steps", "4",
+    rc = main(["train-draft", "--method", "draft-dspark", "--target", str(target_dir), "--out", str(out), "--steps", "4",
                "--batch-size", "2", "--max-len", "48", "--anchors", "4", "--block-size", "4", "--layers", "1",
                "--markov-rank", "8", "--checkpoint-every", "2", "--no-progress", "--data", "unused"])
     assert rc == 0 and "tau_prob" in capsys.readouterr().out
-    assert "specserve train-draft --method dspark" in (out / "README.md").read_text()
+    assert "specserve train-draft --method draft-dspark" in (out / "README.md").read_text()
     # a SpecForge legacy checkpoint and a z-lab one become self-contained folders that load the same way
     for fmt, kwargs in (("specforge-legacy", dict(markov_rank=8, confidence=True)), ("zlab", {})):
         src = write_block_drafter(tmp_path / fmt, target_dir, fmt, block_size=4, **kwargs)

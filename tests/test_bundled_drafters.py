@@ -6,7 +6,7 @@ from specserve import LLM, SamplingParams
 from specserve.bundled import STDLIB_CODER_DRAFTERS, shipped_drafters
 from specserve.commands.demo import default_spec_types
 from specserve.llm import BUNDLED_MODEL
-from specserve.spec.registry import draftless_types
+from specserve.speculative.registry import draftless_types
 from test_cli import run
 
 PROMPTS = ["def parse_header(line):\n    \"\"\"Parse a header line.\"\"\"\n", "class Stack:\n    def __init__(self):\n"]

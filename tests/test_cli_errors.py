@@ -42,7 +42,7 @@ def test_chain_drafters_need_existing_data(tmp_path):
 
 
 @pytest.mark.parametrize("args,expected", [
-    (["--method", "dflash", "--block-size", "0"], "--block-size must be at least 1, got 0"),
+    (["--method", "draft-dflash", "--block-size", "0"], "--block-size must be at least 1, got 0"),
     (["--method", "dflash", "--steps", "0"], "--steps must be at least 1, got 0"),
     (["--method", "dspark", "--taps", "40"], "--taps 40: the target"),
     (["--method", "draft-simple", "--draft-layers", "-1"], "--draft-layers must be at least 1, got -1"),

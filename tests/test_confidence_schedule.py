@@ -3,8 +3,8 @@ import numpy as np
 import pytest
 
 from specserve.errors import OptionError
-from specserve.spec.confidence_schedule import confident_prefix_lengths, schedule_prefix_lengths
-from specserve.spec.step_cost import StepCostTable
+from specserve.speculative.confidence_schedule import confident_prefix_lengths, schedule_prefix_lengths
+from specserve.speculative.step_cost import StepCostTable
 
 
 def table(values: dict):

@@ -91,7 +91,7 @@ def test_n_max_is_clamped_to_the_trained_block(tiny_qwen3, random_drafts):
         llm = LLM(tiny_qwen3, draft_model=random_drafts[key], spec_type=key[0], spec_draft_n_max=2)
         assert llm.engine.driver.max_draft() == 2
         out = llm.generate(PROMPTS[0], _greedy(20))[0]
-        assert out.spec["drafted"] <= 2 * out.spec["verify_steps"]
+        assert out.draft_stats["drafted"] <= 2 * out.draft_stats["verify_steps"]
 
 
 def test_p_min_truncates_blocks(tiny_qwen3, reference, bigram_dspark):

@@ -8,7 +8,7 @@ from draft_fixtures import add_mtp, perturbed_copy, write_eagle3
 from helpers import write_model
 from specserve import LLM, SamplingParams
 from specserve.models.step_batch import StepBatch
-from specserve.spec.base import TargetBatch
+from specserve.speculative.base import TargetBatch
 
 PROMPTS = [[5, 9, 12, 5, 9, 12, 5, 9], list(range(60, 130)), [7] * 12, [3, 1, 4, 1, 5, 9, 2, 6], [250, 251],
            [11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21]]

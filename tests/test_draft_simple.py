@@ -11,10 +11,10 @@ from helpers import write_model, write_tokenizer
 from specserve import LLM, SamplingParams
 from specserve.errors import IncompatibleDraftError, OptionError
 from specserve.models.tokenizer import Tokenizer
-from specserve.spec.base import DraftRequest
-from specserve.spec.draft_chain import ChainRows, run_chain
-from specserve.spec.draft_options import draft_settings
-from specserve.spec.vocab_compat import check_vocab_compatible
+from specserve.speculative.base import DraftRequest
+from specserve.speculative.draft_chain import ChainRows, run_chain
+from specserve.speculative.draft_options import draft_settings
+from specserve.speculative.vocab_compat import check_vocab_compatible
 from test_sampled_lossless import VOCAB, assert_target_pair_distribution
 
 PROMPTS = [[5, 9, 12, 5, 9, 12, 5, 9], list(range(60, 90)), [7] * 12, [3, 1, 4, 1, 5, 9, 2, 6], [250, 251]]

@@ -9,7 +9,7 @@ from proposers_for_tests import Oracle
 from specserve import LLM, SamplingParams
 from specserve.models.step_batch import StepBatch
 from specserve.models.transformer import CausalLM
-from specserve.spec import registry
+from specserve.speculative import registry
 
 PROMPTS = [
     [5, 9, 12, 5, 9, 12, 5, 9, 12, 40, 41, 42, 5, 9, 12, 5, 9],

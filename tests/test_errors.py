@@ -8,7 +8,7 @@ from specserve import LLM, SamplingParams
 from specserve.engine.request import Request
 from specserve.errors import ContextOverflowError, InvalidRequestError, ModelLoadError, OptionError
 from specserve.models.transformer import CausalLM
-from specserve.spec.registry import parse_spec_types
+from specserve.speculative.registry import parse_spec_types
 
 
 def copy_model(src, dst):

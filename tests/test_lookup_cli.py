@@ -9,7 +9,7 @@ from helpers import TRAINING_TEXT, write_tokenizer
 from specserve.cli import main
 from specserve.commands.lookup import simulate
 from specserve.models.tokenizer import Tokenizer
-from specserve.spec.ngram_cache_store import NgramCache
+from specserve.speculative.ngram_cache_store import NgramCache
 from test_cli import run as run_subprocess
 
 

@@ -8,9 +8,9 @@ import pytest
 
 from specserve.commands.lookup import simulate, stats_lines
 from specserve.errors import OptionError
-from specserve.spec.base import DraftRequest, ProposerContext
-from specserve.spec.ngram_cache import NgramCacheProposer
-from specserve.spec.ngram_cache_store import NgramCache, cache_draft, ngram_key
+from specserve.speculative.base import DraftRequest, ProposerContext
+from specserve.speculative.ngram_cache import NgramCacheProposer
+from specserve.speculative.ngram_cache_store import NgramCache, cache_draft, ngram_key
 
 
 def cache_of(table):

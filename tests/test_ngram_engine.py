@@ -5,10 +5,10 @@ import numpy as np
 import pytest
 
 from specserve import LLM, SamplingParams
-from specserve.spec.base import DraftRequest, ProposerContext
-from specserve.spec.driver import SpecDriver
-from specserve.spec.ngram_map import NgramMapK
-from specserve.spec.ngram_mod import NgramMod
+from specserve.speculative.base import DraftRequest, ProposerContext
+from specserve.speculative.driver import SpecDriver
+from specserve.speculative.ngram_map import NgramMapK
+from specserve.speculative.ngram_mod import NgramMod
 
 PROMPTS = [
     [5, 9, 12, 5, 9, 12, 5, 9, 12, 40, 41, 42, 5, 9, 12, 5, 9],

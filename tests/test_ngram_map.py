@@ -3,8 +3,8 @@ import numpy as np
 import pytest
 
 from ngram_map_reference import ReferenceMap, h32
-from specserve.spec.base import DraftRequest, ProposerContext
-from specserve.spec.ngram_map import KEY_MAP_SIZE, NgramMap, NgramMapK, lcg32_hash, lcg32_hashes
+from specserve.speculative.base import DraftRequest, ProposerContext
+from specserve.speculative.ngram_map import KEY_MAP_SIZE, NgramMap, NgramMapK, lcg32_hash, lcg32_hashes
 
 
 def arr(xs):

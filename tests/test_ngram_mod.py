@@ -2,8 +2,8 @@
 import numpy as np
 import pytest
 
-from specserve.spec.base import DraftRequest, ProposerContext
-from specserve.spec.ngram_mod import EMPTY, NgramMod, NgramModPool, lcg64_hashes
+from specserve.speculative.base import DraftRequest, ProposerContext
+from specserve.speculative.ngram_mod import EMPTY, NgramMod, NgramModPool, lcg64_hashes
 
 
 def arr(xs):

@@ -1,7 +1,7 @@
 """ngram-simple against hand-derived drafts (llama.cpp common_ngram_simple_draft semantics)."""
 import numpy as np
 
-from specserve.spec.ngram_simple import find_last_ngram, ngram_simple_draft
+from specserve.speculative.ngram_simple import find_last_ngram, ngram_simple_draft
 
 
 def arr(xs):

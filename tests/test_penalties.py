@@ -9,7 +9,7 @@ from proposers_for_tests import FixedQ, Oracle
 from specserve import LLM, SamplingParams
 from specserve.errors import InvalidRequestError
 from specserve.penalties import adjust_logits
-from specserve.spec import registry
+from specserve.speculative import registry
 from test_engine_lossless import PROMPTS
 from test_sampled_lossless import assert_target_pair_distribution
 

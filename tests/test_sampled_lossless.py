@@ -15,8 +15,8 @@ from proposers_for_tests import FixedQ
 from specserve import LLM, SamplingParams
 from specserve.penalties import adjust_logits
 from specserve.sampling import target_probs
-from specserve.spec import registry
-from specserve.spec.verify import verify_rejection, verify_sample_compare
+from specserve.speculative import registry
+from specserve.speculative.verify import verify_rejection, verify_sample_compare
 
 VOCAB = 8
 PROMPT = [3, 1, 4, 1, 5]

@@ -7,7 +7,7 @@ import pytest
 
 from server_process import ServerProcess, running
 from specserve import LLM, SamplingParams
-from specserve.spec.registry import all_options, draftless_types
+from specserve.speculative.registry import all_options, draftless_types
 
 PROMPTS = [
     [5, 9, 12, 5, 9, 12, 5, 9, 12, 40, 41, 42, 5, 9, 12, 5, 9],

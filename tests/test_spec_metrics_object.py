@@ -1,9 +1,9 @@
 """vLLM's per-request `metrics.speculative_decoding` object from the per-request counters."""
-from specserve.spec.stats import RequestSpecStats
+from specserve.speculative.stats import RequestDraftStats
 
 
 def test_histograms_and_totals():
-    stats = RequestSpecStats()
+    stats = RequestDraftStats()
     for drafted, accepted in [(3, 0), (3, 3), (3, 1), (2, 2), (3, 3)]:
         stats.n_draft_tokens += drafted
         stats.record(drafted, accepted)
@@ -16,6 +16,6 @@ def test_histograms_and_totals():
 
 
 def test_empty():
-    m = RequestSpecStats().vllm_metrics(num_spec_tokens=3)
+    m = RequestDraftStats().vllm_metrics(num_spec_tokens=3)
     assert m["acceptance_histogram"] == [0, 0, 0, 0] and m["mean_acceptance_length"] == 1.0
     assert m["draft_acceptance_rate"] == 0.0 and m["acceptance_histogram_by_draft_length"] == {}

@@ -13,10 +13,10 @@ from helpers import blas_is_row_invariant, write_model
 from proposers_for_tests import Oracle
 from specserve import LLM, SamplingParams
 from specserve.models.step_batch import StepBatch, split_by_length
-from specserve.spec import registry
-from specserve.spec.acceptance_schedule import DECIDE_EVERY, EXPLORE_EVERY, PRIOR, AcceptanceScheduler
-from specserve.spec.base import Draft
-from specserve.spec.step_cost import StepCostTable
+from specserve.speculative import registry
+from specserve.speculative.acceptance_schedule import DECIDE_EVERY, EXPLORE_EVERY, PRIOR, AcceptanceScheduler
+from specserve.speculative.base import Draft
+from specserve.speculative.step_cost import StepCostTable
 
 PROMPTS = [[5, 9, 12, 5, 9, 12, 5, 9], list(range(60, 90)), [7] * 12, [3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5],
            [100, 101, 102, 103, 100, 101, 102, 103], [250, 251]]

@@ -1,9 +1,9 @@
 """Statistics lines in llama.cpp's formats, and the driver's counter semantics."""
 import numpy as np
 
-from specserve.spec.base import Draft, DraftRequest, Proposer, ProposerContext
-from specserve.spec.driver import SpecDriver
-from specserve.spec.stats import ImplCounters, RequestSpecStats
+from specserve.speculative.base import Draft, DraftRequest, Proposer, ProposerContext
+from specserve.speculative.driver import SpecDriver
+from specserve.speculative.stats import ImplCounters, RequestDraftStats
 
 
 def test_impl_line_matches_upstream_example():
@@ -18,7 +18,7 @@ def test_impl_line_matches_upstream_example():
 
 
 def test_request_lines():
-    s = RequestSpecStats(n_draft_tokens=750)
+    s = RequestDraftStats(n_draft_tokens=750)
     for _ in range(250):
         s.record(3, 0)
     s.n_draft_accepted = 561
@@ -26,7 +26,7 @@ def test_request_lines():
     assert s.lines(3) == [
         "draft acceptance = 0.74800 (  561 accepted /   750 generated), mean len =  3.24",
         "     acc per pos = (0.868, 0.744, 0.632)"]
-    assert RequestSpecStats().lines() == []
+    assert RequestDraftStats().lines() == []
 
 
 class Scripted(Proposer):

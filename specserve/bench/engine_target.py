@@ -56,7 +56,7 @@ class EngineTarget:
         ttft = request.t_first_token - request.t_arrival if out.token_ids else None
         metrics = None
         if self.engine.driver.enabled:
-            metrics = {"speculative_decoding": request.spec.vllm_metrics(self.num_spec_tokens)}
+            metrics = {"speculative_decoding": request.draft_stats.vllm_metrics(self.num_spec_tokens)}
         return turn_from_response(out.text, output_usage(out), out.timings, metrics, out.finish_reason, latency,
                                   ttft)
 

@@ -13,8 +13,8 @@ from argparse import Namespace
 
 from ..errors import OptionError
 from ..options import MODEL_OPTIONS, add_options, spec_option_values
-from ..spec.option_table import SPEC_OPTIONS, default_spec_options
-from ..spec.registry import all_options
+from ..speculative.option_table import SPEC_OPTIONS, default_spec_options
+from ..speculative.registry import all_options
 
 WORKLOAD_DEFAULTS = {"bench": "qualitative", "osl": 256}
 

@@ -8,8 +8,8 @@ from ..engine.request import Request
 from ..bundled import shipped_drafters
 from ..llm import load_engine
 from ..sampling import SamplingParams
-from ..spec.draft_options import draft_settings
-from ..spec.registry import draftless_types, proposer_class
+from ..speculative.draft_options import draft_settings
+from ..speculative.registry import draftless_types, proposer_class
 from ..engine.request import timing_lines
 
 # The model is asked to write out a function it has just seen with one name changed:

@@ -89,7 +89,7 @@ def run(args) -> int:
     if args.json:
         print(json.dumps({
             "text": out.text, "token_ids": out.token_ids, "finish_reason": out.finish_reason,
-            "timings": out.timings, "spec": out.spec, "spec_statistics": engine.driver.stats_dict(),
+            "timings": out.timings, "spec": out.draft_stats, "spec_statistics": engine.driver.stats_dict(),
             "error": out.error}))
     else:
         print(out.new_text)    # whatever the last update still held back (a partial stop string that was not)

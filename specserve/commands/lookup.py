@@ -16,7 +16,7 @@ from pathlib import Path
 
 from ..errors import OptionError
 from ..models.tokenizer import Tokenizer
-from ..spec.ngram_cache_store import NGRAM_MAX, NGRAM_MIN, NGRAM_STATIC, NgramCache, cache_draft
+from ..speculative.ngram_cache_store import NGRAM_MAX, NGRAM_MIN, NGRAM_STATIC, NgramCache, cache_draft
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -10,7 +10,7 @@ from ..errors import OptionError
 from ..llm import BUNDLED_MODEL
 from ..options import add_engine_options, add_options, spec_option_values
 from ..option import Option
-from ..spec.registry import parse_spec_types
+from ..speculative.registry import parse_spec_types
 from .generate import engine_from_args, sampling_from_args
 
 log = logging.getLogger("specserve.server")

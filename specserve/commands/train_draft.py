@@ -24,26 +24,22 @@ from ..errors import OptionError
 from ..llm import BUNDLED_MODEL
 from ..models.block_drafter_backbone import DRAFT_ARCHS
 from ..models.config import load_config
+from ..train.methods import BLOCK_METHODS, CHAIN_TRAINERS, METHODS, canonical_method
 
-BLOCK_METHODS = ("dflash", "dspark")
-TRAINERS = {
-    "draft-simple": "specserve.train.train_draft_simple",
-    "eagle3": "specserve.train.train_eagle3",
-    "mtp": "specserve.train.train_mtp",
-}
 # defaults that differ by kind: (block drafters, chain drafters)
 KIND_DEFAULTS = {"steps": (1000, 1500), "lr": (6e-4, 1e-3), "batch_size": (4, 8), "eval_samples": (32, 16)}
 
 
 def _trainer(method: str):
-    return importlib.import_module(TRAINERS[method])
+    return importlib.import_module(CHAIN_TRAINERS[method])
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--method", required=True, choices=sorted((*BLOCK_METHODS, *TRAINERS)),
-                        help="which drafter to train")
+    parser.add_argument("--method", required=True, type=canonical_method, choices=METHODS,
+                        help="which drafter to train, named by the --spec-type that serves it (the short names "
+                             "dflash, dspark, eagle3 and mtp work too)")
     parser.add_argument("--target", default=str(BUNDLED_MODEL), help="target model folder (default: bundled)")
-    parser.add_argument("--data", help="regenerated data file (specserve.train.regen_data); dflash/dspark build "
+    parser.add_argument("--data", help="regenerated data file (specserve.train.regen_data); the block drafters build "
                                        "it from the target when it does not exist")
     parser.add_argument("--out", required=True, help="output folder for the drafter")
     parser.add_argument("--steps", type=int, help="optimiser steps (fixes the LR schedule; 1000 block, 1500 chain)")
@@ -55,7 +51,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("-t", "--threads", type=int, default=0, help="CPU threads (0 = PyTorch's default)")
 
-    block = parser.add_argument_group("dflash / dspark options")
+    block = parser.add_argument_group("draft-dflash / draft-dspark options")
     block.add_argument("--data-samples", type=int, default=0, help="samples to generate when building --data")
     block.add_argument("--anchors", type=int, default=64, help="random blocks per sequence")
     block.add_argument("--block-size", type=int, default=8, help="block size B (anchor-first: B drafts)")
@@ -72,12 +68,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     block.add_argument("--checkpoint-every", type=int, default=100, help="steps between checkpoints and evals")
     block.add_argument("--no-progress", action="store_true", help="no progress bar")
 
-    chain = parser.add_argument_group("draft-simple / eagle3 / mtp options")
+    chain = parser.add_argument_group("draft-simple / draft-eagle3 / draft-mtp options")
     chain.add_argument("--max-minutes", type=float, default=0.0,
                        help="wall-clock budget: the schedule also follows elapsed time and the run ends when it "
                             "is spent (0 = steps only)")
     chain.add_argument("--warmup", type=int, default=50, help="warmup steps")
-    for method in TRAINERS:
+    for method in CHAIN_TRAINERS:
         _trainer(method).add_arguments(chain)
 
 
@@ -124,7 +120,7 @@ def run(args) -> int:
 def run_block_drafter(args) -> int:
     from ..train.block_trainer import BlockTrainConfig, BlockTrainer
     if args.max_minutes:
-        raise OptionError("--max-minutes is not supported by dflash/dspark: set --steps")
+        raise OptionError("--max-minutes is not supported by draft-dflash/draft-dspark: set --steps")
     cfg = BlockTrainConfig(
         method=args.method, target_dir=args.target, out_dir=args.out, data_path=args.data,
         data_samples=args.data_samples, steps=args.steps, batch_size=args.batch_size, max_len=args.seq_len,

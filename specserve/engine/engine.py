@@ -27,9 +27,9 @@ from ..models.tokenizer import IncrementalDetokenizer, Tokenizer
 from ..models.transformer import CausalLM
 from ..penalties import adjust_logits
 from ..sampling import make_generator
-from ..spec.base import Draft, DraftRequest, TargetBatch
-from ..spec.driver import NullDriver, SpecDriver
-from ..spec.verify import verify
+from ..speculative.base import Draft, DraftRequest, TargetBatch
+from ..speculative.driver import NullDriver, SpecDriver
+from ..speculative.verify import verify
 from .request import Request, State, TokenLogprob
 from .stopping import StopChecker
 
@@ -192,7 +192,7 @@ class Engine:
                                              r.params.temperature, r.generator))
         drafts = self.driver.draft(requests) if requests else {}
         for slot, d in drafts.items():
-            self.slots[slot].spec.n_draft_tokens += len(d.tokens)
+            self.slots[slot].draft_stats.n_draft_tokens += len(d.tokens)
         return drafts
 
     def _plan(self, active: list[Request], drafts: dict[int, Draft]) -> tuple[list[SlotWork], StepBatch]:
@@ -263,7 +263,7 @@ class Engine:
         r.n_cached += 1 + n_acc
         r.id_last = emitted[-1]
         if draft:
-            r.spec.record(len(draft), n_acc)
+            r.draft_stats.record(len(draft), n_acc)
         self.driver.verified(r.slot, len(draft), n_acc, emitted[0])
 
     def _start_generating(self, r: Request, token: int) -> None:
@@ -341,7 +341,7 @@ class Engine:
 
     # ------------------------------------------------------------------ statistics
     def request_stats_lines(self, r: Request) -> list[str]:
-        return r.spec.lines(self.driver.max_draft())
+        return r.draft_stats.lines(self.driver.max_draft())
 
     def driver_stats_lines(self) -> list[str]:
         return self.driver.stats_lines()

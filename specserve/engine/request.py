@@ -11,7 +11,7 @@ import torch
 
 from ..models.tokenizer import IncrementalDetokenizer
 from ..sampling import SamplingParams
-from ..spec.stats import RequestSpecStats
+from ..speculative.stats import RequestDraftStats
 
 
 class State(enum.Enum):
@@ -30,7 +30,7 @@ class Timings:
     predicted_ms: float = 0.0
     queue_ms: float = 0.0
 
-    def as_dict(self, spec: RequestSpecStats | None = None) -> dict:
+    def as_dict(self, draft_stats: RequestDraftStats | None = None) -> dict:
         d = {
             "cache_n": 0,
             "prompt_n": self.prompt_n,
@@ -42,9 +42,9 @@ class Timings:
             "predicted_per_token_ms": self.predicted_ms / self.predicted_n if self.predicted_n else 0.0,
             "predicted_per_second": 1000.0 * self.predicted_n / self.predicted_ms if self.predicted_ms > 0 else 0.0,
         }
-        if spec is not None and spec.n_draft_tokens > 0:
-            d["draft_n"] = spec.n_draft_tokens
-            d["draft_n_accepted"] = spec.n_draft_accepted
+        if draft_stats is not None and draft_stats.n_draft_tokens > 0:
+            d["draft_n"] = draft_stats.n_draft_tokens
+            d["draft_n_accepted"] = draft_stats.n_draft_accepted
         return d
 
 
@@ -76,7 +76,7 @@ class RequestOutput:
     token_ids: list[int]
     finish_reason: str | None                # "stop", "length", "abort", "error" or None while running
     timings: dict
-    spec: dict
+    draft_stats: dict                 # drafted / accepted / verify_steps / accepted_per_pos
     finished: bool = False
     stop_reason: str | int | None = None     # the stop string or token that ended generation
     error: str | None = None
@@ -106,7 +106,7 @@ class Request:
     finish_reason: str | None = None
     stop_reason: str | int | None = None
     error: str | None = None
-    spec: RequestSpecStats = field(default_factory=RequestSpecStats)
+    draft_stats: RequestDraftStats = field(default_factory=RequestDraftStats)
     logprobs: list[TokenLogprob] | None = None
     t_arrival: float = field(default_factory=time.perf_counter)
     t_start: float = 0.0
@@ -141,6 +141,6 @@ class Request:
         return RequestOutput(
             request_id=self.request_id, prompt_token_ids=self.prompt_ids, text=self.text,
             token_ids=list(self.output_ids), finish_reason=self.finish_reason,
-            timings=self.timings().as_dict(self.spec), spec=self.spec.as_dict(), finished=self.finished,
-            stop_reason=self.stop_reason, error=self.error, new_text=new_text, new_token_ids=new_ids,
+            timings=self.timings().as_dict(self.draft_stats), draft_stats=self.draft_stats.as_dict(),
+            finished=self.finished, stop_reason=self.stop_reason, error=self.error, new_text=new_text, new_token_ids=new_ids,
             logprobs=self.logprobs)

@@ -98,7 +98,8 @@ class EngineService:
         methods' cumulative statistics and the slot release."""
         if not r.t_start:
             return [f"task {task}: {r.finish_reason} while waiting for a slot"]
-        lines = [f"slot print_timing: id {r.slot:2d} | task {task} | "] + timing_lines(r.timings().as_dict(r.spec))
+        timings = r.timings().as_dict(r.draft_stats)
+        lines = [f"slot print_timing: id {r.slot:2d} | task {task} | "] + timing_lines(timings)
         lines += self.engine.request_stats_lines(r) + self.engine.driver_stats_lines()
         lines.append(f"slot      release: id {r.slot:2d} | task {task} | stop processing: "
                      f"n_tokens = {len(r.prompt_ids) + len(r.output_ids)}, finish_reason = {r.finish_reason}"

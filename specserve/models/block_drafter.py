@@ -13,7 +13,7 @@ Two forwards compute the same thing:
     the block's own K/V are written after the context and simply not counted (the "crop");
   * `forward_train`: all anchors of a sequence in one pass with the per-anchor visibility mask
     (context strictly before the anchor, bidirectional inside the block).
-The optional DSpark heads (Markov bias, confidence) are plain modules used by spec/markov_chain.py.
+The optional DSpark heads (Markov bias, confidence) are plain modules used by speculative/markov_chain.py.
 """
 from __future__ import annotations
 

@@ -122,7 +122,7 @@ class Generation:
         """llama-server's `timings` and vLLM's per-request speculative metrics."""
         extras = {"timings": out.timings}
         if self.engine.driver.enabled:
-            extras["metrics"] = {"speculative_decoding": running.request.spec.vllm_metrics(self.num_spec_tokens)}
+            extras["metrics"] = {"speculative_decoding": running.request.draft_stats.vllm_metrics(self.num_spec_tokens)}
         return extras
 
     async def run_to_end(self, http: HttpRequest, runs: list[Running]) -> list[RequestOutput]:

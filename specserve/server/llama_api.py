@@ -154,7 +154,7 @@ def slots(engine: Engine, settings: ServerSettings, task_ids: dict[str, int]) ->
                 "prompt_n": len(request.prompt_ids),
                 "next_token": {"has_next_token": not request.finished, "n_decoded": n_decoded,
                                "n_remain": -1 if params.max_tokens is None else params.max_tokens - n_decoded},
-                "spec": request.spec.as_dict(),
+                "spec": request.draft_stats.as_dict(),
             })
         out.append(entry)
     return out

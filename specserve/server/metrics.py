@@ -124,15 +124,15 @@ class ServerMetrics:
             self.v_ttft.labels(name).observe(r.t_first_token - r.t_arrival)
             if n_out > 1:
                 self.v_tpot.labels(name).observe((r.t_end - r.t_first_token) / (n_out - 1))
-        spec = r.spec
-        if spec.n_draft_tokens or spec.n_verify_steps:
-            self.spec_draft_tokens.inc(spec.n_draft_tokens)
-            self.spec_accepted_tokens.inc(spec.n_draft_accepted)
-            self.spec_drafts.inc(spec.n_verify_steps)
-            self.v_draft_tokens.labels(name).inc(spec.n_draft_tokens)
-            self.v_accepted_tokens.labels(name).inc(spec.n_draft_accepted)
-            self.v_drafts.labels(name).inc(spec.n_verify_steps)
-            for pos, count in enumerate(spec.accepted_per_pos):
+        stats = r.draft_stats
+        if stats.n_draft_tokens or stats.n_verify_steps:
+            self.spec_draft_tokens.inc(stats.n_draft_tokens)
+            self.spec_accepted_tokens.inc(stats.n_draft_accepted)
+            self.spec_drafts.inc(stats.n_verify_steps)
+            self.v_draft_tokens.labels(name).inc(stats.n_draft_tokens)
+            self.v_accepted_tokens.labels(name).inc(stats.n_draft_accepted)
+            self.v_drafts.labels(name).inc(stats.n_verify_steps)
+            for pos, count in enumerate(stats.accepted_per_pos):
                 self.spec_accepted_per_pos.labels(str(pos)).inc(count)
                 self.v_accepted_per_pos.labels(name, str(pos)).inc(count)
 

@@ -24,7 +24,7 @@ class LossWeights:
     conf: float
 
 
-LOSS_WEIGHTS = {"dflash": LossWeights(1.0, 0.0, 0.0), "dspark": LossWeights(0.1, 0.9, 1.0)}
+LOSS_WEIGHTS = {"draft-dflash": LossWeights(1.0, 0.0, 0.0), "draft-dspark": LossWeights(0.1, 0.9, 1.0)}
 
 
 def block_losses(draft_logits: torch.Tensor, target_logits: torch.Tensor, labels: torch.Tensor,

@@ -17,7 +17,7 @@ import logging
 import math
 import os
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import torch
@@ -29,11 +29,11 @@ from ..models.block_drafter import BlockDrafter, save_block_drafter
 from ..models.block_drafter_format import ANCHOR_FIRST, new_block_drafter_config
 from ..models.tokenizer import Tokenizer
 from ..models.transformer import CausalLM
-from ..spec.markov_chain import teacher_prev_tokens
+from ..speculative.markov_chain import teacher_prev_tokens
 from .block_anchors import BlockBatch, make_block_batch
 from .block_losses import LOSS_WEIGHTS, acceptance_estimates, block_losses
+from .methods import BLOCK_METHODS, canonical_method
 
-METHODS = ("dflash", "dspark")
 log = logging.getLogger("specserve.train")
 
 
@@ -111,8 +111,9 @@ def init_from_target(model: BlockDrafter, target: CausalLM) -> bool:
 
 class BlockTrainer:
     def __init__(self, cfg: BlockTrainConfig, samples: list | None = None, progress: bool = True):
-        if cfg.method not in METHODS:
-            raise OptionError(f"--method must be one of {', '.join(METHODS)}, got {cfg.method!r}")
+        cfg = replace(cfg, method=canonical_method(cfg.method))
+        if cfg.method not in BLOCK_METHODS:
+            raise OptionError(f"--method must be one of {', '.join(BLOCK_METHODS)}, got {cfg.method!r}")
         self.cfg = cfg
         self.progress = progress
         self.out = Path(cfg.out_dir)
@@ -124,7 +125,7 @@ class BlockTrainer:
         self.data_fingerprint = samples_fingerprint(self.samples)
         self.train_set, self.eval_set = self._split()
         mask = self._mask_token_id()
-        dspark = cfg.method == "dspark"
+        dspark = cfg.method == "draft-dspark"
         shape = new_block_drafter_config(
             self.target.config, block_size=cfg.block_size, num_layers=cfg.num_layers, mask_token_id=mask,
             num_taps=cfg.num_taps, markov_rank=cfg.markov_rank if dspark else 0,
@@ -246,7 +247,8 @@ class BlockTrainer:
         saved = state["config"]
         for key in ("method", "block_size", "num_layers", "num_taps", "markov_rank", "confidence_head", "draft_arch",
                     "steps", "batch_size", "seed"):
-            if saved.get(key, getattr(BlockTrainConfig, key, None)) != getattr(self.cfg, key):
+            was = saved.get(key, getattr(BlockTrainConfig, key, None))
+            if (canonical_method(was) if key == "method" else was) != getattr(self.cfg, key):
                 raise OptionError(f"{self.checkpoint_path} was made with {key}={saved.get(key)!r}, this run has "
                                   f"{getattr(self.cfg, key)!r}: use another --out folder or the same settings")
         if state.get("data", self.data_fingerprint) != self.data_fingerprint:

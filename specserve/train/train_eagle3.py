@@ -1,4 +1,4 @@
-"""`specserve train-draft --method eagle3`: an EAGLE-3 head for the target, trained with
+"""`specserve train-draft --method draft-eagle3`: an EAGLE-3 head for the target, trained with
 training-time test (train/ttt.py) and saved in the SpecForge layout (`LlamaForCausalLMEagle3`,
 `midlayer.*`, output-of-layer ids in `eagle_config`).
 

@@ -1,4 +1,4 @@
-"""`specserve train-draft --method mtp`: a DeepSeek-style MTP (nextn) head for the target,
+"""`specserve train-draft --method draft-mtp`: a DeepSeek-style MTP (nextn) head for the target,
 trained with training-time test (train/ttt.py) and shipped as a head-only folder that
 draft-mtp merges over the target checkpoint (`-md DIR`; models/mtp_format.py).
 

@@ -27,7 +27,7 @@ from .base import Draft, DraftRequest, Proposer, ProposerContext, TargetBatch
 from .draft_chain import ChainRows, run_chain
 from .draft_options import draft_settings
 
-log = logging.getLogger("specserve.spec")
+log = logging.getLogger("specserve.speculative")
 
 
 class SlotRows:

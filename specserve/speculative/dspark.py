@@ -1,11 +1,11 @@
 """draft-dspark: DFlash's block drafter (dflash.py) plus DSpark's two heads.
 
 The low-rank Markov head makes the block a chain (each draft conditioned on the one before it,
-spec/markov_chain.py); at temperature > 0 the chain is sampled and its distributions q go to
+speculative/markov_chain.py); at temperature > 0 the chain is sampled and its distributions q go to
 rejection sampling. The confidence head predicts each position's acceptance: `--spec-draft-p-min`
 cuts a block at the first position predicted below P, and with `--spec-schedule` (or its alias
 `--spec-dspark-schedule`) drafts carry the predictions, which the batch scheduler
-(spec/acceptance_schedule.py, the paper's Algorithm 1) uses instead of its estimate from history.
+(speculative/acceptance_schedule.py, the paper's Algorithm 1) uses instead of its estimate from history.
 """
 from __future__ import annotations
 

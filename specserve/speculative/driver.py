@@ -17,7 +17,7 @@ from .base import Draft, DraftRequest, Proposer, ProposerContext, TargetBatch
 from .stats import ImplCounters
 from .step_cost import StepCostTable, profile_step_cost
 
-log = logging.getLogger("specserve.spec")
+log = logging.getLogger("specserve.speculative")
 
 
 class SpecDriver:

@@ -46,7 +46,7 @@ class ImplCounters:
 
 
 @dataclass
-class RequestSpecStats:
+class RequestDraftStats:
     """Per-request counters (llama-server `server_slot` stats)."""
     n_draft_tokens: int = 0        # drafted tokens (after truncation), summed over steps
     n_draft_accepted: int = 0

@@ -3,7 +3,7 @@
 Speculation costs target rows: at one slot a draft row is almost free, with many slots the
 forward is compute-bound and a long, rarely accepted draft (an n-gram match, say) slows every
 request in the batch. This generalises DSpark's hardware-aware prefix scheduler (Algorithm 1,
-spec/confidence_schedule.py) to drafters without a confidence head: the per-position
+speculative/confidence_schedule.py) to drafters without a confidence head: the per-position
 acceptance chance of a slot's draft is estimated from that slot's own history (decayed
 counts of draft tokens accepted out of those reached, one rate for every position, started
 from the counts over all slots), and drafts are admitted across the batch while the expected tokens per second

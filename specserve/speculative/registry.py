@@ -1,6 +1,6 @@
 """--spec-type names -> Proposer classes, and llama.cpp's fixed precedence between them.
 
-To add a method: write spec/<method>.py with a Proposer subclass and add one line to
+To add a method: write speculative/<method>.py with a Proposer subclass and add one line to
 REGISTRY below ("name": "module:Class").
 """
 from __future__ import annotations

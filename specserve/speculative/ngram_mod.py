@@ -23,7 +23,7 @@ from ..errors import OptionError
 from ..option import Option, read_options
 from .base import DraftRequest, TokenProposer
 
-log = logging.getLogger("specserve.spec")
+log = logging.getLogger("specserve.speculative")
 
 POOL_SIZE = 4 * 1024 * 1024
 EMPTY = -1

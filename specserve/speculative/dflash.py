@@ -30,7 +30,7 @@ from .confidence_schedule import confident_prefix_lengths
 from .draft_options import draft_settings
 from .markov_chain import gumbel_noise, run_block_chain
 
-log = logging.getLogger("specserve.spec")
+log = logging.getLogger("specserve.speculative")
 
 SAMPLE_MODES = ("auto", "greedy", "sample")
 
