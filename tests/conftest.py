@@ -6,7 +6,8 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from helpers import write_model  # noqa: E402
+from support.distribution import VOCAB  # noqa: E402
+from support.models import write_model  # noqa: E402
 
 from specserve import kernels  # noqa: E402
 
@@ -30,6 +31,12 @@ def tiny_qwen3_bf16(tmp_path_factory):
     """The same kind of checkpoint stored in bfloat16: served with bfloat16 linear layers."""
     return write_model(tmp_path_factory.mktemp("qwen3bf16"), "qwen3", seed=1, std=0.25, dtype=torch.bfloat16,
                        torch_dtype="bfloat16")
+
+
+@pytest.fixture(scope="session")
+def small_vocab_model(tmp_path_factory):
+    """An 8-token model for the sampled-distribution checks (support/distribution.py)."""
+    return write_model(tmp_path_factory.mktemp("v8"), "qwen3", seed=11, std=0.6, tokenizer=False, vocab_size=VOCAB)
 
 
 @pytest.fixture

@@ -10,9 +10,11 @@ import numpy as np
 import pytest
 from matplotlib import image as mpimg
 
-from server_process import ServerProcess, free_port, running
+from support.server import ServerProcess, free_port, running
 from specserve.bundled import STDLIB_CODER
 from specserve.cli import main
+
+pytestmark = pytest.mark.server
 
 KEY = "bench-key"
 GREEDY = '{"temperature": 0}'

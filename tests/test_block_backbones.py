@@ -7,8 +7,8 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from block_drafters_for_tests import DRAFT_ARCHS, FORMATS, random_block_drafter, write_block_drafter
-from helpers import write_model
+from support.block_drafters import DRAFT_ARCHS, FORMATS, random_block_drafter, write_block_drafter
+from support.models import write_model
 from specserve.cli import main
 from specserve.errors import ModelLoadError, OptionError
 from specserve.models.block_drafter import load_block_drafter, save_block_drafter

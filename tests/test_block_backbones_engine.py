@@ -4,12 +4,12 @@ batched (3 slots, prompts in two orders), in both layouts; the DSpark drafts rea
 import pytest
 import torch
 
-from block_drafters_for_tests import bigram_dspark_drafter, write_block_drafter
-from helpers import write_model
+from support.block_drafters import bigram_dspark_drafter, write_block_drafter
+from support.models import write_model
 from specserve import LLM, SamplingParams
 from specserve.models.block_drafter import save_block_drafter
 from specserve.models.block_drafter_format import ANCHOR_FIRST, BONUS_ANCHOR
-from test_dflash_engine import PROMPTS
+from support.prompts import BLOCK_PROMPTS as PROMPTS
 
 # (target fixture, draft backbone): the Qwen3 backbone on a Qwen3 target is test_dflash_engine.py's
 CASES = [("tiny_qwen3", "llama"), ("tiny_qwen3", "qwen2"),

@@ -6,8 +6,8 @@ import shutil
 import pytest
 import torch
 
-from block_drafters_for_tests import DRAFT_ARCHS, write_block_drafter
-from helpers import write_model
+from support.block_drafters import DRAFT_ARCHS, write_block_drafter
+from support.models import write_model
 from specserve.errors import IncompatibleDraftError, ModelLoadError
 from specserve.models.block_drafter import load_block_drafter
 from specserve.models.block_drafter_format import (ANCHOR_FIRST, BONUS_ANCHOR, build_target_layer_ids,

@@ -8,14 +8,16 @@ import numpy as np
 import pytest
 import torch
 
-from block_drafters_for_tests import write_block_drafter
-from helpers import write_model
+from support.block_drafters import write_block_drafter
+from support.models import write_model
 from specserve import LLM, SamplingParams
 from specserve.cli import main
 from specserve.models.block_drafter_format import read_block_drafter
 from specserve.train.block_anchors import make_block_batch, sample_anchors
 from specserve.train.block_losses import LOSS_WEIGHTS, acceptance_estimates, block_losses
 from specserve.train.block_trainer import BlockTrainConfig, BlockTrainer
+
+pytestmark = pytest.mark.train
 
 
 @dataclass

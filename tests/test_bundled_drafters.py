@@ -7,7 +7,7 @@ from specserve.bundled import STDLIB_CODER_DRAFTERS, shipped_drafters
 from specserve.commands.demo import default_spec_types
 from specserve.llm import BUNDLED_MODEL
 from specserve.speculative.registry import draftless_types
-from test_cli import run
+from support.cli import run
 
 PROMPTS = ["def parse_header(line):\n    \"\"\"Parse a header line.\"\"\"\n", "class Stack:\n    def __init__(self):\n"]
 
@@ -34,6 +34,7 @@ def test_bundled_drafter_is_accepted_and_lossless(baseline, spec_type):
     assert 1 + stats["n_acc_tokens"] / stats["n_call_accept"] > 1.3      # runs of drafts are accepted
 
 
+@pytest.mark.slow
 def test_demo_compares_every_spec_type():
     draftless = draftless_types()
     assert default_spec_types().split(",") == draftless + list(STDLIB_CODER_DRAFTERS)

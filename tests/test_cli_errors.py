@@ -7,7 +7,9 @@ import sys
 import numpy as np
 import pytest
 
-from test_cli import ROOT, run
+from support.cli import ROOT, run
+
+pytestmark = pytest.mark.slow
 
 
 def _error_line(result) -> str:

@@ -5,19 +5,12 @@ import numpy as np
 import pytest
 import torch
 
-from block_drafters_for_tests import bigram_dspark_drafter, write_block_drafter
+from support.block_drafters import bigram_dspark_drafter, write_block_drafter
+from support.prompts import BLOCK_PROMPTS as PROMPTS
 from specserve import LLM, SamplingParams
 from specserve.errors import OptionError
 from specserve.models.block_drafter import save_block_drafter
 from specserve.models.block_drafter_format import ANCHOR_FIRST, BONUS_ANCHOR
-
-PROMPTS = [
-    [5, 9, 12, 5, 9, 12, 5, 9, 12, 40, 41, 42, 5, 9, 12, 5, 9],
-    [100, 101, 102, 103, 104, 105, 106, 107, 100, 101, 102, 103],
-    [7] * 30,
-    list(range(60, 110)),
-    [250, 251],
-]
 
 
 def _greedy(n=40):
@@ -179,8 +172,9 @@ def test_bfloat16_target_and_drafter(tiny_qwen3_bf16, tmp_path):
     assert [o.token_ids for o in llm.generate(PROMPTS, _greedy(24))] == reference
 
 
+@pytest.mark.slow
 def test_generate_command_with_a_block_drafter(tiny_qwen3, bigram_dspark):
-    from test_cli import run
+    from support.cli import run
     r = run("generate", "-m", str(tiny_qwen3), "-p", "def add(a, b):", "-n", "24", "--temp", "0", "--ignore-eos",
             "--spec-type", "draft-dspark", "-md", str(bigram_dspark[ANCHOR_FIRST]), "--spec-draft-n-max", "6",
             "--spec-draft-p-min", "0.5")

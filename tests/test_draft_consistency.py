@@ -4,8 +4,8 @@ recomputed from scratch from the committed tokens alone."""
 import pytest
 import torch
 
-from draft_fixtures import add_mtp, perturbed_copy, write_eagle3
-from helpers import write_model
+from support.model_drafters import add_mtp, perturbed_copy, write_eagle3
+from support.models import write_model
 from specserve import LLM, SamplingParams
 from specserve.models.step_batch import StepBatch
 from specserve.speculative.base import TargetBatch
@@ -133,7 +133,7 @@ def test_bfloat16_target_and_drafters_stay_in_sync(tmp_path):
 def test_sampled_hidden_state_drafts_keep_the_target_distribution(tmp_path, spec_type):
     """With --spec-draft-sample the heads sample their drafts and pass q (a reduced EAGLE-3
     vocabulary puts q on a subset of the target's ids): the output distribution is the target's."""
-    from test_sampled_lossless import VOCAB, assert_target_pair_distribution
+    from support.distribution import VOCAB, assert_target_pair_distribution
     target = write_model(tmp_path / "t", "qwen3", seed=11, std=0.6, tokenizer=False, vocab_size=VOCAB,
                          num_hidden_layers=3)
     draft = None

@@ -6,8 +6,8 @@ import shutil
 import pytest
 import torch
 
-from draft_fixtures import perturbed_copy
-from helpers import write_model, write_tokenizer
+from support.model_drafters import perturbed_copy
+from support.models import write_model, write_tokenizer
 from specserve import LLM, SamplingParams
 from specserve.errors import IncompatibleDraftError, OptionError
 from specserve.models.tokenizer import Tokenizer
@@ -15,9 +15,8 @@ from specserve.speculative.base import DraftRequest
 from specserve.speculative.draft_chain import ChainRows, run_chain
 from specserve.speculative.draft_options import draft_settings
 from specserve.speculative.vocab_compat import check_vocab_compatible
-from test_sampled_lossless import VOCAB, assert_target_pair_distribution
-
-PROMPTS = [[5, 9, 12, 5, 9, 12, 5, 9], list(range(60, 90)), [7] * 12, [3, 1, 4, 1, 5, 9, 2, 6], [250, 251]]
+from support.distribution import VOCAB, assert_target_pair_distribution
+from support.prompts import DRAFTER_PROMPTS as PROMPTS
 
 
 # ---------------------------------------------------------------------------- vocabulary check
@@ -45,7 +44,6 @@ def test_vocabulary_compatibility(tmp_path, tiny_qwen3):
     (other / "tokenizer.json").unlink()
     with pytest.raises(IncompatibleDraftError, match="no tokenizer.json"):
         check_vocab_compatible(tok, 320, other, 320)
-
 
 
 def _settings(n_max: int, n_min: int, p_min: float, sample: bool):

@@ -6,11 +6,11 @@ import json
 import pytest
 import torch
 
-from block_drafters_for_tests import random_block_drafter
-from helpers import write_model
+from support.block_drafters import random_block_drafter
+from support.models import write_model
 from specserve import LLM
 from specserve.models.block_drafter import save_block_drafter
-from test_sampled_lossless import VOCAB, assert_target_pair_distribution
+from support.distribution import VOCAB, assert_target_pair_distribution
 
 
 @pytest.fixture(scope="module")

@@ -7,9 +7,10 @@ import torch
 from safetensors.torch import load_file, save_file
 from transformers import AutoModelForCausalLM
 
-from draft_fixtures import write_eagle3
-from helpers import write_model
-from reference_heads import eagle3 as ref_eagle3
+from support.model_drafters import write_eagle3
+from support.models import write_model
+from support.reference_heads import eagle3 as ref_eagle3
+from support.prompts import DRAFTER_PROMPTS as PROMPTS
 from specserve import LLM, SamplingParams
 from specserve.errors import IncompatibleDraftError, ModelLoadError
 from specserve.models.eagle3_format import load_eagle3, target_layer_taps
@@ -203,7 +204,6 @@ def test_clear_errors(tmp_path, target6):
 
 
 # ---------------------------------------------------------------------------- lossless through the engine
-PROMPTS = [[5, 9, 12, 5, 9, 12, 5, 9], list(range(60, 90)), [7] * 12, [3, 1, 4, 1, 5, 9, 2, 6], [250, 251]]
 
 
 @pytest.mark.parametrize("layout,kwargs", [("specforge", {"draft_vocab": 200}), ("speculators", {"hidden": 48,

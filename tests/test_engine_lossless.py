@@ -1,24 +1,17 @@
 """Greedy output with speculation equals output without it, whatever the batch composition;
 seeded sampling gives the same output whatever else is in the batch."""
+import dataclasses
 import itertools
 
 import pytest
 import torch
 
-from proposers_for_tests import Oracle
+from support.proposers import Oracle
+from support.prompts import ENGINE_PROMPTS as PROMPTS
 from specserve import LLM, SamplingParams
 from specserve.models.step_batch import StepBatch
 from specserve.models.transformer import CausalLM
 from specserve.speculative import registry
-
-PROMPTS = [
-    [5, 9, 12, 5, 9, 12, 5, 9, 12, 40, 41, 42, 5, 9, 12, 5, 9],
-    [100, 101, 102, 103, 104, 105, 106, 107, 100, 101, 102, 103],
-    [7] * 30,
-    list(range(60, 110)),
-    [3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5, 8, 9, 7, 9, 3, 2, 3, 8, 4, 6, 2, 6, 4, 3, 3, 8, 3, 2, 7, 9, 5],
-    [250, 251],
-]
 
 
 # small n-grams so drafting starts early in short test sequences
@@ -122,11 +115,19 @@ def test_stop_conditions(tiny_qwen3):
                                                       stop_token_ids=[tok]))[0]
     assert stopped.token_ids == free.token_ids[:free.token_ids.index(tok) + 1]
     assert stopped.finish_reason == "stop"
-    # EOS (token 0 in the test checkpoints) ends generation unless ignore_eos
-    eos_llm = LLM(tiny_qwen3)
-    with_eos = eos_llm.generate(PROMPTS[0], SamplingParams(temperature=0, max_tokens=40,
-                                                           stop_token_ids=[]))[0]
-    assert 0 not in with_eos.token_ids[:-1]
+
+
+def test_eos_ends_generation_with_and_without_speculation(tiny_qwen3):
+    """EOS (token 0 in the test checkpoints) ends generation unless ignore_eos; a logit bias on it makes
+    the model emit it mid-stream, also inside accepted drafts."""
+    params = SamplingParams(temperature=0, max_tokens=40, logit_bias={0: 4.0})
+    plain = LLM(tiny_qwen3).generate(PROMPTS, params)
+    ended = [o for o in plain if o.finish_reason == "stop"]
+    assert len(ended) >= 3 and all(o.token_ids[-1] == 0 and 0 not in o.token_ids[:-1] for o in ended)
+    spec = LLM(tiny_qwen3, spec_type="ngram-simple", n_parallel=3, **NGRAM).generate(PROMPTS, params)
+    assert [(o.token_ids, o.finish_reason) for o in spec] == [(o.token_ids, o.finish_reason) for o in plain]
+    kept = LLM(tiny_qwen3, n_parallel=3).generate(PROMPTS, dataclasses.replace(params, ignore_eos=True))
+    assert all(o.finish_reason == "length" and len(o.token_ids) == 40 for o in kept)
 
 
 def test_context_fills_up(tiny_qwen3):

@@ -5,12 +5,12 @@ from types import SimpleNamespace
 
 import pytest
 
-from helpers import TRAINING_TEXT, write_tokenizer
+from support.models import TRAINING_TEXT, write_tokenizer
 from specserve.cli import main
 from specserve.commands.lookup import simulate
 from specserve.models.tokenizer import Tokenizer
 from specserve.speculative.ngram_cache_store import NgramCache
-from test_cli import run as run_subprocess
+from support.cli import run as run_subprocess
 
 
 @pytest.fixture
@@ -35,6 +35,7 @@ def corpus(tmp_path_factory):
     return root
 
 
+@pytest.mark.slow
 def test_create_builds_the_static_cache(corpus):
     out = corpus / "static.bin"
     r = run_subprocess("lookup", "create", "-m", str(corpus / "tok"), "-f", str(corpus / "text.txt"), "-lcs", str(out))

@@ -3,7 +3,7 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
-from helpers import write_model
+from support.models import write_model
 from specserve import LLM, SamplingParams
 from specserve.models.step_batch import StepBatch
 from specserve.models.transformer import CausalLM

@@ -6,9 +6,10 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from draft_fixtures import add_mtp
-from helpers import write_model
-from reference_heads import mtp as ref_mtp
+from support.model_drafters import add_mtp
+from support.models import write_model
+from support.reference_heads import mtp as ref_mtp
+from support.prompts import DRAFTER_PROMPTS as PROMPTS
 from specserve import LLM, SamplingParams
 from specserve.errors import IncompatibleDraftError, ModelLoadError
 from specserve.models.mtp_format import load_mtp_head, save_head_folder
@@ -88,9 +89,6 @@ def test_errors(tmp_path):
     (tmp_path / "wide-mtp" / "config.json").unlink()
     with pytest.raises(IncompatibleDraftError, match="shape"):
         LLM(plain, spec_type="draft-mtp", draft_model=tmp_path / "wide-mtp")
-
-
-PROMPTS = [[5, 9, 12, 5, 9, 12, 5, 9], list(range(60, 90)), [7] * 12, [3, 1, 4, 1, 5, 9, 2, 6], [250, 251]]
 
 
 @pytest.mark.parametrize("layout", ["deepseek", "mimo"])

@@ -156,6 +156,7 @@ def _kernel_mode_in_subprocess(tmp_path, **env):
     return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=full_env)
 
 
+@pytest.mark.slow
 def test_a_failed_build_falls_back_to_pytorch_with_a_warning(tmp_path):
     result = _kernel_mode_in_subprocess(tmp_path, SPECSERVE_KERNELS="auto")
     assert result.returncode == 0, result.stderr
@@ -163,6 +164,7 @@ def test_a_failed_build_falls_back_to_pytorch_with_a_warning(tmp_path):
     assert "native kernels unavailable" in result.stderr and "compiling the native kernels" in result.stderr
 
 
+@pytest.mark.slow
 def test_requiring_native_kernels_that_cannot_build_is_an_error(tmp_path):
     result = _kernel_mode_in_subprocess(tmp_path, SPECSERVE_KERNELS="native")
     assert result.returncode != 0
@@ -221,6 +223,7 @@ print("portable ok")
 """
 
 
+@pytest.mark.slow
 def test_portable_kernels_without_avx512(tiny_qwen3, tmp_path):
     """The kernels as a CPU without AVX-512 runs them (built for x86-64-v2): right, and batch-invariant."""
     if os.uname().machine != "x86_64":

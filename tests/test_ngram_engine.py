@@ -1,22 +1,15 @@
 """The n-gram family end to end: greedy output identical with and without speculation for
 every type and combinations, batched; statistics counters on a hand-computed scenario;
 --spec-default."""
-import numpy as np
 import pytest
 
+from support.prompts import NGRAM_PROMPTS as PROMPTS, arr
 from specserve import LLM, SamplingParams
 from specserve.speculative.base import DraftRequest, ProposerContext
 from specserve.speculative.driver import SpecDriver
 from specserve.speculative.ngram_map import NgramMapK
 from specserve.speculative.ngram_mod import NgramMod
 
-PROMPTS = [
-    [5, 9, 12, 5, 9, 12, 5, 9, 12, 40, 41, 42, 5, 9, 12, 5, 9],
-    [100, 101, 102, 103, 104, 105, 106, 107, 100, 101, 102, 103],
-    [7] * 30,
-    [3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5, 8, 9, 7, 9, 3, 2, 3, 8, 4, 6, 2, 6, 4, 3, 3, 8, 3, 2, 7, 9, 5] * 2,
-    [250, 251],
-]
 
 # small sizes so drafting starts early in short test sequences
 SMALL = {
@@ -75,10 +68,6 @@ def test_spec_default_enables_ngram_mod(tiny_qwen3):
     assert [p.name for p in LLM(tiny_qwen3, spec_type="ngram-simple", spec_default=True).engine.driver.proposers] \
         == ["ngram-simple"]
     assert not LLM(tiny_qwen3).engine.driver.enabled and LLM(tiny_qwen3).engine.driver.proposers == []
-
-
-def arr(xs):
-    return np.array(xs, dtype=np.int64)
 
 
 def test_statistics_counters_hand_computed():

@@ -2,13 +2,10 @@
 import numpy as np
 import pytest
 
-from ngram_map_reference import ReferenceMap, h32
+from support.ngram_map_reference import ReferenceMap, h32
+from support.prompts import arr
 from specserve.speculative.base import DraftRequest, ProposerContext
 from specserve.speculative.ngram_map import KEY_MAP_SIZE, NgramMap, NgramMapK, lcg32_hash, lcg32_hashes
-
-
-def arr(xs):
-    return np.array(xs, dtype=np.int64)
 
 
 def test_lcg32_hash_vectorised_equals_plain_loop():

@@ -2,12 +2,9 @@
 import numpy as np
 import pytest
 
+from support.prompts import arr
 from specserve.speculative.base import DraftRequest, ProposerContext
 from specserve.speculative.ngram_mod import EMPTY, NgramMod, NgramModPool, lcg64_hashes
-
-
-def arr(xs):
-    return np.array(xs, dtype=np.int64)
 
 
 def lcg64_reference(tokens):

@@ -1,11 +1,8 @@
 """ngram-simple against hand-derived drafts (llama.cpp common_ngram_simple_draft semantics)."""
 import numpy as np
 
+from support.prompts import arr
 from specserve.speculative.ngram_simple import find_last_ngram, ngram_simple_draft
-
-
-def arr(xs):
-    return np.array(xs, dtype=np.int64)
 
 
 def test_copies_what_followed_the_most_recent_match():

@@ -5,13 +5,13 @@ import math
 import pytest
 import torch
 
-from proposers_for_tests import FixedQ, Oracle
+from support.proposers import FixedQ, Oracle
 from specserve import LLM, SamplingParams
 from specserve.errors import InvalidRequestError
 from specserve.penalties import adjust_logits
 from specserve.speculative import registry
-from test_engine_lossless import PROMPTS
-from test_sampled_lossless import assert_target_pair_distribution
+from support.prompts import ENGINE_PROMPTS as PROMPTS
+from support.distribution import VOCAB, assert_target_pair_distribution
 
 
 def test_penalties_count_the_generated_tokens_and_each_rows_drafts():
@@ -73,17 +73,8 @@ def test_greedy_with_penalties_is_identical_with_speculation(tiny_qwen3, monkeyp
     assert 0 < stats["n_acc_tokens"] < stats["n_gen_tokens"]
 
 
-@pytest.fixture(scope="module")
-def small_vocab_model(tmp_path_factory):
-    from helpers import write_model
-    from test_sampled_lossless import VOCAB
-    return write_model(tmp_path_factory.mktemp("v8p"), "qwen3", seed=11, std=0.6, tokenizer=False,
-                       vocab_size=VOCAB)
-
-
 @pytest.mark.parametrize("pass_q", [False, True])
 def test_sampled_with_penalties_has_the_penalised_distribution(small_vocab_model, monkeypatch, pass_q):
-    from test_sampled_lossless import VOCAB
     monkeypatch.setattr(FixedQ, "q", torch.softmax(torch.randn(VOCAB, generator=torch.Generator().manual_seed(5)), -1))
     monkeypatch.setattr(FixedQ, "pass_q", pass_q)
     monkeypatch.setitem(registry.REGISTRY, FixedQ.name, FixedQ)

@@ -2,12 +2,12 @@
 exactly lossless against it, and a quantized drafter never changes the output."""
 import pytest
 
+from support.prompts import SMALL_PROMPTS as PROMPTS
 from specserve import LLM, SamplingParams, kernels
 from specserve.errors import OptionError
 
 pytestmark = pytest.mark.skipif(kernels.requested() == "torch", reason="SPECSERVE_KERNELS=torch")
 
-PROMPTS = [[5, 9, 12, 5, 9, 12, 40], [7, 7, 8, 100, 3], list(range(20, 60))]
 GREEDY = SamplingParams(temperature=0, max_tokens=40, ignore_eos=True)
 
 

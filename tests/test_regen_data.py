@@ -1,8 +1,12 @@
 """The shared drafter training data: target-regenerated continuations of stdlib prompts."""
 import numpy as np
+import pytest
 
 from specserve import LLM, SamplingParams
-from specserve.train.regen_data import build_regen_dataset, load_regen_dataset, regen_metadata
+from specserve.train.regen_data import (RegenSettings, build_regen_dataset, load_regen_dataset, regen_metadata,
+                                        sampling_params)
+
+pytestmark = pytest.mark.train
 
 
 def test_regenerated_data_is_deterministic_and_cached(tiny_qwen3, tmp_path):
@@ -13,11 +17,13 @@ def test_regenerated_data_is_deterministic_and_cached(tiny_qwen3, tmp_path):
     for a, b in zip(first, second):
         assert a.n_prompt == b.n_prompt and np.array_equal(a.tokens, b.tokens)
         assert 8 <= a.n_prompt <= 20 and len(a.tokens) - a.n_prompt <= 10
-    # greedy samples are exactly the target's greedy continuation of their prompt
-    llm = LLM(tiny_qwen3)
-    greedy = [s for s in first if len(s.tokens) - s.n_prompt == 10]
-    outs = llm.generate([s.tokens[:s.n_prompt].tolist() for s in greedy], SamplingParams(temperature=0, max_tokens=10))
-    assert any(o.token_ids == s.tokens[s.n_prompt:].tolist() for o, s in zip(outs, greedy))
+    # every greedy sample is exactly the target's greedy continuation of its prompt (and both kinds occur)
+    params = sampling_params(RegenSettings(**settings))
+    greedy = [s for s, p in zip(first, params) if p.greedy]
+    assert 0 < len(greedy) < len(first)
+    outs = LLM(tiny_qwen3).generate([s.tokens[:s.n_prompt].tolist() for s in greedy],
+                                    SamplingParams(temperature=0, max_tokens=10))
+    assert [o.token_ids for o in outs] == [s.tokens[s.n_prompt:].tolist() for s in greedy]
     # a second call with the same settings reuses the file
     meta = regen_metadata(tmp_path / "a.npz")
     (tmp_path / "a.npz").touch()

@@ -5,86 +5,14 @@ distribution of the tokens at positions 2 and 3 (the ones verified against draft
 compared with the exact distribution computed from the model's own logits, for plain
 sampling, one-hot drafts (sample-and-compare) and drafts that carry q (rejection sampling).
 """
-import math
-
 import pytest
 import torch
 
-from helpers import write_model
-from proposers_for_tests import FixedQ
-from specserve import LLM, SamplingParams
-from specserve.penalties import adjust_logits
-from specserve.sampling import target_probs
+from support.distribution import VOCAB, assert_target_pair_distribution, chi_square_p_value
+from support.proposers import FixedQ
+from specserve import LLM
 from specserve.speculative import registry
 from specserve.speculative.verify import verify_rejection, verify_sample_compare
-
-VOCAB = 8
-PROMPT = [3, 1, 4, 1, 5]
-PARAMS = dict(temperature=0.8, top_k=6, top_p=0.97, max_tokens=3, ignore_eos=True)
-
-
-def chi_square_p_value(observed, expected_probs):
-    """Upper tail of the chi-square statistic (Wilson-Hilferty), merging cells with small expectations."""
-    n = sum(observed)
-    obs, exp, acc_o, acc_e = [], [], 0, 0.0
-    for o, p in sorted(zip(observed, expected_probs), key=lambda x: x[1]):
-        acc_o += o
-        acc_e += p * n
-        if acc_e >= 5:
-            obs.append(acc_o)
-            exp.append(acc_e)
-            acc_o, acc_e = 0, 0.0
-    if acc_e > 0:
-        obs[-1] += acc_o
-        exp[-1] += acc_e
-    stat = sum((o - e) ** 2 / e for o, e in zip(obs, exp))
-    k = len(obs) - 1
-    z = ((stat / k) ** (1 / 3) - (1 - 2 / (9 * k))) / math.sqrt(2 / (9 * k))
-    return 0.5 * math.erfc(z / math.sqrt(2))
-
-
-@pytest.fixture(scope="module")
-def small_vocab_model(tmp_path_factory):
-    return write_model(tmp_path_factory.mktemp("v8"), "qwen3", seed=11, std=0.6, tokenizer=False,
-                       vocab_size=VOCAB)
-
-
-def exact_pair_distribution(llm, params: SamplingParams | None = None):
-    """P(t2, t3) under plain sampling, from the model's logits (and the params' penalties)."""
-    params = params or SamplingParams(**PARAMS)
-
-    def dist(generated):
-        row = llm.score(PROMPT + generated)[-1:]
-        if params.adjusts_logits:
-            row = adjust_logits(row, params, PROMPT, generated)
-        return target_probs(row, params)[0]
-
-    p1 = dist([])
-    joint = torch.zeros(VOCAB, VOCAB)
-    for t1 in range(VOCAB):
-        p2 = dist([t1])
-        for t2 in range(VOCAB):
-            joint[t2] += p1[t1] * p2[t2] * dist([t1, t2])
-    return joint.flatten()
-
-
-def assert_target_pair_distribution(llm, spec_type: str | None, n: int = 3000, max_tokens: int = 3, **extra):
-    """n seeded requests for PROMPT (PARAMS plus `extra` sampling fields): tokens 2 and 3 jointly
-    follow plain sampling (chi-square), and with speculation some drafts were accepted and some
-    rejected. Returns the stats dict."""
-    fields = dict(PARAMS, max_tokens=max_tokens, **extra)
-    outs = llm.generate([PROMPT] * n, [SamplingParams(seed=i, **fields) for i in range(n)])
-    counts = torch.zeros(VOCAB * VOCAB)
-    for o in outs:
-        assert len(o.token_ids) == max_tokens
-        counts[o.token_ids[1] * VOCAB + o.token_ids[2]] += 1
-    expected = exact_pair_distribution(llm, SamplingParams(**fields))
-    assert chi_square_p_value(counts.tolist(), expected.tolist()) > 1e-3
-    if spec_type is None:
-        return None
-    stats = llm.engine.driver.stats_dict()[spec_type]
-    assert 0 < stats["n_acc_tokens"] < stats["n_gen_tokens"]
-    return stats
 
 
 @pytest.mark.parametrize("mode", ["none", "one-hot", "with-q"])

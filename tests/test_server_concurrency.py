@@ -6,18 +6,12 @@ import math
 import openai
 import pytest
 
-from server_process import ServerProcess, metric_values
+from support.prompts import ENGINE_PROMPTS
+from support.server import ServerProcess, metric_values
 
-PROMPTS = [
-    [5, 9, 12, 5, 9, 12, 5, 9, 12, 40, 41, 42, 5, 9, 12, 5, 9],
-    [100, 101, 102, 103, 104, 105, 106, 107, 100, 101, 102, 103],
-    [7] * 30,
-    list(range(60, 110)),
-    [3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5, 8, 9, 7, 9, 3, 2, 3, 8, 4, 6, 2, 6, 4, 3, 3, 8, 3, 2, 7, 9, 5],
-    [250, 251],
-    "def add(a, b):\n    return a + b\n",
-    "for i in range(10):",
-]
+pytestmark = pytest.mark.server
+
+PROMPTS = ENGINE_PROMPTS + ["def add(a, b):\n    return a + b\n", "for i in range(10):"]
 MESSAGES = [[{"role": "user", "content": "class Stack:"}],
             [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "import os"}]]
 

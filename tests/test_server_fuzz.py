@@ -7,8 +7,10 @@ import random
 import httpx
 import pytest
 
-from helpers import write_model
-from server_process import ServerProcess
+from support.models import write_model
+from support.server import ServerProcess
+
+pytestmark = pytest.mark.server
 
 N_BODIES = 400
 ROUTES = {

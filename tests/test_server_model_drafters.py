@@ -7,12 +7,15 @@ import shutil
 import openai
 import pytest
 
-from draft_fixtures import add_mtp, perturbed_copy, write_eagle3
-from helpers import write_model
-from server_process import ServerProcess
+from support.model_drafters import add_mtp, perturbed_copy, write_eagle3
+from support.models import write_model
+from support.server import ServerProcess
+from support.prompts import DRAFTER_PROMPTS, PI
 from specserve import LLM, SamplingParams
 
-PROMPTS = [[5, 9, 12, 5, 9, 12, 5, 9], list(range(60, 90)), [7] * 12, [3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5]]
+pytestmark = pytest.mark.server
+
+PROMPTS = DRAFTER_PROMPTS[:3] + [PI[:11]]
 
 
 async def _complete_all(url, prompts):

@@ -5,9 +5,11 @@ import math
 import httpx
 import pytest
 
-from server_process import ServerProcess
+from support.server import ServerProcess
 from specserve import LLM, SamplingParams
 from specserve.models.tokenizer import Tokenizer
+
+pytestmark = pytest.mark.server
 
 SPEC_ARGS = ("--spec-type", "ngram-simple", "--spec-ngram-simple-size-n", "1", "--spec-ngram-simple-size-m", "4")
 REPETITIVE = [5, 9, 12, 5, 9, 12, 5, 9, 12, 40, 41, 42, 5, 9, 12, 5, 9]
@@ -191,7 +193,7 @@ def test_serve_command_errors(tmp_path):
     import os
     import subprocess
     import sys
-    from server_process import ROOT
+    from support.server import ROOT
     env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
 
     def serve(*args):

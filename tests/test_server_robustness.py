@@ -7,8 +7,10 @@ import httpx
 import openai
 import pytest
 
-from helpers import write_model
-from server_process import ServerProcess, metric_values
+from support.models import write_model
+from support.server import ServerProcess, metric_values
+
+pytestmark = pytest.mark.server
 
 KEY = "sekret-key"
 CTX = 16384

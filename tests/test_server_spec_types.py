@@ -5,16 +5,14 @@ import asyncio
 import openai
 import pytest
 
-from server_process import ServerProcess, running
+from support.server import ServerProcess, running
+from support.prompts import NGRAM_PROMPTS
 from specserve import LLM, SamplingParams
 from specserve.speculative.registry import all_options, draftless_types
 
-PROMPTS = [
-    [5, 9, 12, 5, 9, 12, 5, 9, 12, 40, 41, 42, 5, 9, 12, 5, 9],
-    [100, 101, 102, 103, 104, 105, 106, 107, 100, 101, 102, 103],
-    [7] * 30,
-    [3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5, 8, 9, 7, 9, 3, 2, 3, 8, 4, 6, 2, 6, 4, 3, 3, 8, 3, 2, 7, 9, 5] * 2,
-]
+pytestmark = pytest.mark.server
+
+PROMPTS = NGRAM_PROMPTS[:4]
 # small sizes so drafting starts early in short sequences (options of every type; each server uses its own)
 SMALL = {
     "spec_ngram_simple_size_n": 1, "spec_ngram_simple_size_m": 4,

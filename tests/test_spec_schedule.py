@@ -7,10 +7,11 @@ import numpy as np
 import pytest
 import torch
 
-from block_drafters_for_tests import write_block_drafter
-from draft_fixtures import add_mtp, perturbed_copy, write_eagle3
-from helpers import blas_is_row_invariant, write_model
-from proposers_for_tests import Oracle
+from support.block_drafters import write_block_drafter
+from support.model_drafters import add_mtp, perturbed_copy, write_eagle3
+from support.models import blas_is_row_invariant, write_model
+from support.proposers import Oracle
+from support.prompts import DRAFTER_PROMPTS, PI, TWO
 from specserve import LLM, SamplingParams
 from specserve.models.step_batch import StepBatch, split_by_length
 from specserve.speculative import registry
@@ -18,8 +19,7 @@ from specserve.speculative.acceptance_schedule import DECIDE_EVERY, EXPLORE_EVER
 from specserve.speculative.base import Draft
 from specserve.speculative.step_cost import StepCostTable
 
-PROMPTS = [[5, 9, 12, 5, 9, 12, 5, 9], list(range(60, 90)), [7] * 12, [3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5],
-           [100, 101, 102, 103, 100, 101, 102, 103], [250, 251]]
+PROMPTS = DRAFTER_PROMPTS[:3] + [PI[:11], [100, 101, 102, 103] * 2, TWO]
 GREEDY = SamplingParams(temperature=0, max_tokens=40, ignore_eos=True)
 
 

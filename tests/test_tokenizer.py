@@ -3,7 +3,7 @@ import json
 
 from transformers import AutoTokenizer
 
-from helpers import write_tokenizer
+from support.models import write_tokenizer
 from specserve.models.tokenizer import IncrementalDetokenizer, Tokenizer
 
 MESSAGES = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi there"},

@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 import torch
 
-from draft_fixtures import random_eagle3
-from helpers import write_model
+from support.model_drafters import random_eagle3
+from support.models import write_model
 from specserve import LLM, SamplingParams
 from specserve.models.mtp_format import load_mtp_head
 from specserve.models.rope import RotaryEmbedding
@@ -19,6 +19,8 @@ from specserve.train.draft_loop import LoopSettings
 from specserve.train.draft_windows import WindowSampler
 from specserve.train.drafter_common import DrafterJob
 from specserve.train.ttt import UnrollState, _shift, eagle3_step, mtp_step
+
+pytestmark = pytest.mark.train
 
 
 @dataclass

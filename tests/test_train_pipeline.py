@@ -12,6 +12,8 @@ from specserve.train import corpus
 from specserve.train.pretrain import PackedBatches, TrainConfig, build_model, evaluate, lr_at, train
 from specserve.train.tokenizer_train import save_tokenizer, train_tokenizer
 
+pytestmark = pytest.mark.train
+
 TINY_ARCH = {
     "model_type": "qwen3", "vocab_size": 300, "hidden_size": 32, "intermediate_size": 64,
     "num_hidden_layers": 2, "num_attention_heads": 2, "num_key_value_heads": 1, "head_dim": 16,

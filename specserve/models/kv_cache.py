@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import torch
 
-from ..errors import ContextOverflowError
 from .step_batch import KEY_BLOCK
 
 
@@ -34,14 +33,6 @@ class KVCache:
         if length < 0 or length > self.lengths[slot]:
             raise ValueError(f"cannot truncate slot {slot} of length {self.lengths[slot]} to {length}")
         self.lengths[slot] = length
-
-    def extend(self, slot: int, n: int) -> None:
-        """Record that `n` rows were written after the current length of `slot`."""
-        new_len = self.lengths[slot] + n
-        if new_len > self.max_ctx:
-            raise ContextOverflowError(
-                f"slot {slot} needs {new_len} positions but the context size is {self.max_ctx}")
-        self.lengths[slot] = new_len
 
     def clear(self, slot: int) -> None:
         self.lengths[slot] = 0

@@ -99,12 +99,6 @@ class StepBatch:
         batch.row_slots = slots_t
         return batch
 
-    def segment_of(self, slot: int) -> Segment:
-        for seg in self.segments:
-            if seg.slot == slot:
-                return seg
-        raise KeyError(slot)
-
     def prepare(self, n_kv_heads: int, capacity: int, group: int) -> None:
         """Compute the index tensors shared by every layer of the forward."""
         segs = self.segments

@@ -38,12 +38,6 @@ class StepCostTable:
             return 1.0 / (self.seconds[-1] * n_rows / last)
         return 1.0 / float(np.interp(n_rows, self.rows, self.seconds))
 
-    def as_dict(self) -> dict:
-        return {"rows": self.rows.tolist(), "seconds": self.seconds.tolist()}
-
-    def save(self, path: str | Path) -> None:
-        Path(path).write_text(json.dumps(self.as_dict()))
-
     @classmethod
     def load(cls, path: str | Path) -> "StepCostTable":
         path = Path(path)

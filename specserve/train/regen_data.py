@@ -132,6 +132,19 @@ def _lock_path(out_path: Path) -> Path:
     return folder / f"regen-{key}.lock"
 
 
+def sampling_params(cfg: RegenSettings) -> list[SamplingParams]:
+    """Per sample: seeded sampling (sampled_fraction of them) or greedy decoding."""
+    rng = np.random.default_rng(cfg.seed + 1)
+    params = []
+    for i in range(cfg.n_samples):
+        if rng.random() < cfg.sampled_fraction:
+            params.append(SamplingParams(max_tokens=cfg.new_tokens, temperature=0.7, top_k=20, top_p=0.8,
+                                         seed=cfg.seed * 1_000_003 + i))
+        else:
+            params.append(SamplingParams(max_tokens=cfg.new_tokens, temperature=0.0))
+    return params
+
+
 def build_regen_dataset(target_dir: str | Path, out_path: str | Path, n_parallel: int = 16,
                         progress: bool = True, overwrite: bool = False, **settings) -> list[RegenSample]:
     """Generate (or reuse) the dataset at out_path. Concurrent callers wait for one builder. A file
@@ -151,14 +164,7 @@ def build_regen_dataset(target_dir: str | Path, out_path: str | Path, n_parallel
                                   f"purpose (--overwrite)")
         llm = LLM(target_dir, n_parallel=n_parallel)
         prompts = _prompts(llm.tokenizer, cfg)
-        rng = np.random.default_rng(cfg.seed + 1)
-        params = []
-        for i in range(cfg.n_samples):
-            if rng.random() < cfg.sampled_fraction:
-                params.append(SamplingParams(max_tokens=cfg.new_tokens, temperature=0.7, top_k=20, top_p=0.8,
-                                             seed=cfg.seed * 1_000_003 + i))
-            else:
-                params.append(SamplingParams(max_tokens=cfg.new_tokens, temperature=0.0))
+        params = sampling_params(cfg)
         samples = []
         chunk = 256
         from tqdm import tqdm

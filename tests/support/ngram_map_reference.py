@@ -1,7 +1,7 @@
-"""A plain-loop transcription of llama.cpp's ngram-map algorithm (reference section 5.2),
-with the #28431 fix (k4v drafts from the chosen continuation). Tests compare the
-vectorised implementation with it on random histories where the new prompts continue
-what the map indexed (llama.cpp's assumption), so both must agree exactly."""
+"""A plain-loop transcription of llama.cpp's ngram-map algorithm
+(docs/reference/llamacpp-speculative.md §5.2), with the #28431 fix (k4v drafts from the chosen
+continuation). Tests compare the vectorised implementation with it on random histories where the
+new prompts continue what the map indexed (llama.cpp's assumption), so both must agree exactly."""
 SIZE = 262144
 
 

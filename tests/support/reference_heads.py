@@ -1,5 +1,5 @@
 """Straightforward full-sequence reference forwards of the EAGLE-3 and MTP heads, written from the
-equations in the reference docs and reading checkpoint tensors by their ORIGINAL names, so the
+equations in docs/reference/eagle3-mtp.md and reading checkpoint tensors by their ORIGINAL names, so the
 tests check specserve's name mapping, concatenation orders and norm placement independently."""
 from __future__ import annotations
 

@@ -11,12 +11,12 @@ from pathlib import Path
 
 import httpx
 
-ROOT = Path(__file__).resolve().parent.parent
-TESTS = Path(__file__).resolve().parent
+ROOT = Path(__file__).resolve().parents[2]
+TESTS = Path(__file__).resolve().parents[1]
 
 # registers the test-only proposers, then runs the normal command line
 WITH_TEST_PROPOSERS = (
-    "import sys; sys.path.insert(0, {tests!r}); import proposers_for_tests as p; "
+    "import sys; sys.path.insert(0, {tests!r}); from support import proposers as p; "
     "from specserve.speculative import registry; registry.REGISTRY[p.FaultyForTrigger.name] = p.FaultyForTrigger; "
     "registry.REGISTRY[p.SlowForTrigger.name] = p.SlowForTrigger; "
     "from specserve.cli import main; sys.exit(main(sys.argv[1:]))"

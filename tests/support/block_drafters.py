@@ -1,5 +1,5 @@
 """Tiny random DFlash / DSpark draft checkpoints written in each public format, with the real
-key names and config-key variants (reference dflash_dspark.md §1.1-§1.3, §3.6)."""
+key names and config-key variants (docs/reference/dflash-dspark.md §1.1-§1.3, §3.6)."""
 from __future__ import annotations
 
 import collections
