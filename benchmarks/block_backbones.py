@@ -6,16 +6,16 @@ tau_greedy at T=0), then served at T=0 on the code prompts: tau, draft time per 
 step, throughput, the speedup over no speculation, and whether the output is identical to it.
 `qwen3+init` is the default recipe (layers copied from the target's top); the others start from
 a random initialisation, which the Llama- and Qwen2-style drafts of a Qwen3 target must do, so
-`qwen3` vs `llama` vs `qwen2` compares the backbones alone. Prints a table and writes JSON.
+`qwen3` vs `llama` vs `qwen2` compares the backbones alone. Prints a table, writes JSON and the
+Markdown table the documentation links (docs/results/block_backbones.md; see benchmarks/results_table.py).
 
     .venv/bin/python benchmarks/block_backbones.py [--steps 200] [--data runs/regen-400.npz] \\
-        [--out runs/block_backbones.json]
+        [--out runs/block_backbones.json] [--table-out FILE] [--from-json FILE] [--note TEXT]
 """
 from __future__ import annotations
 
 import argparse
 import json
-import platform
 import time
 from pathlib import Path
 
@@ -28,6 +28,7 @@ from specserve.train.regen_data import build_regen_dataset, load_regen_dataset
 
 from block_drafters import run_cell
 from prompt_sets import CODE_PROMPTS
+import results_table
 
 # name -> (draft_arch, init_from_target)
 CONFIGS = {"qwen3+init": ("qwen3", True), "qwen3": ("qwen3", False), "llama": ("llama", False),
@@ -60,7 +61,12 @@ def main() -> None:
     parser.add_argument("-t", "--threads", type=int, default=1)
     parser.add_argument("--work", default="runs/block_backbones", help="folder for the trained drafters")
     parser.add_argument("--out", default="runs/block_backbones.json")
+    results_table.add_options(parser, "block_backbones")
     args = parser.parse_args()
+    earlier = results_table.load_runs(args)
+    if earlier is not None:
+        write_markdown(args, earlier[-1])
+        return
     kernels.set_threads(args.threads)
     names = [c.strip() for c in args.configs.split(",") if c.strip()]
     if Path(args.data).is_file():          # the user's data as it is
@@ -101,11 +107,36 @@ def main() -> None:
               f"{r['tokens_per_s']:7.1f} {r['speedup']:6.2f}x  {'yes' if r['identical_to_baseline'] else 'NO'}")
     result = {"model": args.model, "method": args.method, "steps": args.steps, "samples": len(samples),
               "block_size": args.block_size, "n_tokens": args.n_tokens, "parallel": args.parallel,
-              "threads": args.threads, "machine": platform.processor(), "baseline_tokens_per_s": base["tokens_per_s"],
-              "rows": rows}
+              "threads": args.threads, "machine": results_table.machine(),
+              "baseline_tokens_per_s": base["tokens_per_s"], "rows": rows}
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(result, indent=2))
     print(f"\nwrote {args.out}")
+    write_markdown(args, result)
+
+
+def markdown_table(result: dict) -> str:
+    fmt = results_table.fmt
+    out = ["| config | params M | train s | tau_prob | tau_greedy | served tau | draft ms | tok/s | speedup | "
+           "same output |", "|---|---|---|---|---|---|---|---|---|---|"]
+    for r in result["rows"]:
+        same = {True: "yes", False: "NO"}.get(r.get("identical_to_baseline"), "-")
+        out.append(f"| {r['config']} | {fmt(r.get('params_m'), 2)} | {fmt(r.get('train_s'), 0)} | "
+                   f"{fmt(r.get('eval_tau_prob'), 3)} | {fmt(r.get('eval_tau_greedy'), 3)} | "
+                   f"{fmt(r.get('served_tau'), 2)} | {fmt(r.get('draft_ms_per_step'), 2)} | "
+                   f"{fmt(r.get('tokens_per_s'), 1)} | {fmt(r.get('speedup'), 2)} | {same} |")
+    out += ["", "(tau_prob and tau_greedy: held-out estimates after training; served tau, draft time per "
+            "verification step, tok/s and speedup: served at T=0; same output: identical to no speculation)"]
+    return "\n".join(out)
+
+
+def write_markdown(args, result: dict) -> None:
+    conditions = (f"The {result['method']} recipe on {Path(result['model']).name}: {result['steps']} steps on "
+                  f"{result['samples']} regenerated samples, block {result['block_size']}; served on the code "
+                  f"prompts, {result['n_tokens']} tokens, {result['parallel']} parallel, "
+                  f"{result['threads']} thread(s).")
+    results_table.write_table(args, "Block-drafter backbones", markdown_table(result), conditions,
+                              result.get("machine") or None)
 
 
 if __name__ == "__main__":

@@ -4,15 +4,18 @@ Starts `specserve serve` on the bundled model with 4 slots and sends `--rounds` 
 concurrent requests (half streamed, half not; half greedy, half sampled; prompts that differ per
 round), then reads the server's resident memory (VmRSS) after each round. Prints the table and
 the growth over the first and the second half of the rounds (a leak keeps growing; warm-up
-allocations stop), and writes JSON.
+allocations stop), writes JSON and the Markdown table the documentation links
+(docs/results/memory_soak.md; see benchmarks/results_table.py). SPECSERVE_KERNELS=torch in the
+environment soaks the PyTorch path instead of the native kernels.
 
     .venv/bin/python benchmarks/memory_soak.py [--rounds 20] [--spec-type ngram-mod] [--out FILE]
+        [--table-out FILE] [--from-json FILE] [--note TEXT]
 """
 from __future__ import annotations
 
 import argparse
 import asyncio
-import json
+import os
 import platform
 import sys
 from pathlib import Path
@@ -27,6 +30,7 @@ from specserve.llm import BUNDLED_MODEL  # noqa: E402
 
 from prompt_sets import CODE_PROMPTS, TEXT_PROMPTS  # noqa: E402
 from serve_process import ServeProcess  # noqa: E402
+import results_table  # noqa: E402
 
 
 def rss_mb(pid: int) -> float:
@@ -54,13 +58,51 @@ async def round_of(url: str, n: int, round_index: int) -> None:
                                for i in range(n)))
 
 
+def growth(rows: list[dict]) -> tuple[int, float, float]:
+    """(half, MB grown over rounds 1..half, MB grown over rounds half..last)."""
+    half = (len(rows) - 1) // 2
+    return half, rows[half]["rss_mb"] - rows[1]["rss_mb"], rows[-1]["rss_mb"] - rows[half]["rss_mb"]
+
+
+def markdown_table(records: list[dict]) -> str:
+    """A row per run (by kernels): resident memory after start-up, after the first, middle and last
+    round, and the growth over each half of the rounds."""
+    rows = records[0]["rounds"]
+    half, last = growth(rows)[0], rows[-1]["round"]
+    marks = (0, 1, half, last)
+    out = ["| kernels | " + " | ".join("after start-up" if m == 0 else f"round {m}" for m in marks)
+           + f" | growth rounds 1-{half} | growth rounds {half}-{last} |",
+           "|---|" + "---|" * (len(marks) + 2)]
+    for record in records:
+        rss = {r["round"]: r["rss_mb"] for r in record["rounds"]}
+        _, first, second = growth(record["rounds"])
+        out.append(f"| {record.get('kernels', 'auto')} | "
+                   + " | ".join(f"{rss[m]:.0f} MB" if m in rss else "-" for m in marks)
+                   + f" | {first:+.0f} MB | {second:+.0f} MB |")
+    return "\n".join(out)
+
+
+def write_markdown(args, records: list[dict]) -> None:
+    first = records[0]
+    conditions = (f"Resident memory of `specserve serve -np 4 --spec-type {first['spec_type']}` on the bundled "
+                  f"model over {len(first['rounds']) - 1} rounds of {first['concurrency']} concurrent requests; "
+                  f"one run per row.")
+    results_table.write_table(args, "Server memory under load", markdown_table(records), conditions,
+                              first.get("machine"))
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--rounds", type=int, default=20)
     parser.add_argument("--concurrency", type=int, default=16)
     parser.add_argument("--spec-type", default="ngram-mod")
     parser.add_argument("--out", type=Path, default=ROOT / "runs" / "memory_soak.json")
+    results_table.add_options(parser, "memory_soak")
     args = parser.parse_args()
+    earlier = results_table.load_runs(args)
+    if earlier is not None:
+        write_markdown(args, earlier)
+        return 0
     log = ROOT / "runs" / "memory_soak.log"
     log.parent.mkdir(parents=True, exist_ok=True)
     server = ServeProcess(BUNDLED_MODEL, ["-np", "4", "--spec-type", args.spec_type], log)
@@ -77,15 +119,13 @@ def main() -> int:
             print(f"round {r:2d}: {rows[-1]['rss_mb']:.1f} MB", flush=True)
     finally:
         server.stop()
-    half = args.rounds // 2
-    first = rows[half]["rss_mb"] - rows[1]["rss_mb"]
-    second = rows[-1]["rss_mb"] - rows[half]["rss_mb"]
+    half, first, second = growth(rows)
     print(f"\ngrowth rounds 1-{half}: {first:+.1f} MB; rounds {half}-{args.rounds}: {second:+.1f} MB "
           f"({'plateau' if second <= max(2.0, 0.25 * abs(first)) else 'still growing'})")
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps({"machine": platform.platform(), "concurrency": args.concurrency,
-                                    "spec_type": args.spec_type, "rounds": rows}, indent=2))
-    print(f"wrote {args.out}")
+    record = {"machine": platform.platform(), "concurrency": args.concurrency, "spec_type": args.spec_type,
+              "kernels": os.environ.get("SPECSERVE_KERNELS", "auto"), "rounds": rows}
+    results_table.write_json(args.out, record)
+    write_markdown(args, [record])
     return 0
 
 

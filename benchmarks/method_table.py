@@ -8,15 +8,16 @@ torch thread by default), which other jobs on a shared machine do not distort; t
 wall-clock decode rate. The drafters are the ones shipped for the bundled model
 (specserve.bundled.STDLIB_CODER_DRAFTERS); a type without one is skipped with a note. At T=1 the model drafters also run
 with `--spec-draft-sample` (drafts sampled from q, verified by rejection sampling).
-Single stream (one slot), requests one after another. Prints the table and writes JSON.
+Single stream (one slot), requests one after another. Prints the table, writes JSON and the
+Markdown table the documentation links (docs/results/method_table.md; see benchmarks/results_table.py).
 
     .venv/bin/python benchmarks/method_table.py [--n-tokens 128] [--out runs/method_table.json]
+        [--table-out FILE] [--from-json FILE] [--note TEXT]
 """
 from __future__ import annotations
 
 import argparse
 import json
-import platform
 import time
 from pathlib import Path
 
@@ -29,6 +30,7 @@ from specserve.llm import BUNDLED_MODEL
 from specserve.speculative.registry import available_types, proposer_class
 
 from prompt_sets import CODE_PROMPTS, TEXT_PROMPTS
+import results_table
 
 PROMPT_SETS = {"code": CODE_PROMPTS, "free-text": TEXT_PROMPTS}
 
@@ -99,7 +101,12 @@ def main() -> None:
                         help="compute threads (default 1, so that CPU time measures the work)")
     parser.add_argument("--repeats", type=int, default=1, help="runs per setting; the fastest (CPU time) is kept")
     parser.add_argument("--out", default="runs/method_table.json")
+    results_table.add_options(parser, "method_table")
     args = parser.parse_args()
+    earlier = results_table.load_runs(args)
+    if earlier is not None:
+        write_markdown(args, earlier[-1])
+        return
     if args.threads > 0:
         kernels.set_threads(args.threads)
     target = Path(args.model)
@@ -135,11 +142,52 @@ def main() -> None:
     print_table(results, sets, temps, target, args, skipped)
     out = {"model": str(target), "n_tokens": args.n_tokens, "n_max": args.n_max, "block_n_max": args.block_n_max,
            "threads": kernels.threads(),
-           "machine": platform.processor(), "minutes": (time.perf_counter() - t_start) / 60, "results": results,
+           "machine": results_table.machine(), "minutes": (time.perf_counter() - t_start) / 60, "results": results,
            "skipped": [{"method": m, "reason": r} for m, r in skipped]}
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(out, indent=2))
     print(f"\nwrote {args.out}")
+    write_markdown(args, out)
+
+
+def markdown_table(record: dict) -> str:
+    """A row per method, a column per (prompt set, temperature): tau / speedup; then the baseline's speed,
+    the acceptance per draft position in the first column's setting and whether greedy output was identical."""
+    results = record["results"]
+    sets = list(dict.fromkeys(r["set"] for r in results))
+    temps = sorted(dict.fromkeys(r["temperature"] for r in results))
+    cols = [(s, t) for t in temps for s in sets]
+    by = {(r["method"], r["set"], r["temperature"]): r for r in results}
+    out = ["| method | " + " | ".join(f"{s.replace('-', ' ')} T={t:g}" for s, t in cols) + " |",
+           "|---|" + "---|" * len(cols)]
+    for method in dict.fromkeys(r["method"] for r in results):
+        if method == "no speculation":
+            continue
+        cells = [f"{r['tau']:.2f} / {r['speedup']:.2f}x" if (r := by.get((method, s, t))) else "" for s, t in cols]
+        out.append(f"| {method} | " + " | ".join(cells) + " |")
+    first = cols[0]
+    base = [f"{by[('no speculation', s, t)]['tokens_per_s']:.0f} tok/s ({s.replace('-', ' ')}, T={t:g})"
+            for s, t in cols if ("no speculation", s, t) in by]
+    out += ["", "(tau / speedup; tau counts only steps that verified a draft, so a method that rarely drafts "
+            "can show tau 1.00.)", "", "No speculation decoded at " + ", ".join(base) + ".", "",
+            f"Acceptance per draft position ({first[0].replace('-', ' ')}, T={first[1]:g}):", ""]
+    for r in results:
+        if (r["set"], r["temperature"]) == first and r["acceptance_per_position"]:
+            out.append(f"- {r['method']}: " + ", ".join(f"{p:.2f}" for p in r["acceptance_per_position"][:8]))
+    lossy = [r["method"] for r in results if r.get("same_tokens_as_baseline") is False]
+    out += ["", "Greedy output identical to no speculation: "
+            + ("yes, for every method." if not lossy else f"NO for {', '.join(lossy)}.")]
+    for skipped in record.get("skipped", []):
+        out.append(f"Skipped {skipped['method']}: {skipped['reason']}.")
+    return "\n".join(out)
+
+
+def write_markdown(args, record: dict) -> None:
+    conditions = (f"{Path(record['model']).name}, {record['n_tokens']} tokens per prompt, single stream, "
+                  f"{record['threads']} thread(s), `--spec-draft-n-max` {record['n_max']} "
+                  f"({record['block_n_max']} for the block drafters); speedup in CPU time over no speculation.")
+    results_table.write_table(args, "Every method on the bundled model", markdown_table(record), conditions,
+                              record.get("machine") or None)
 
 
 def print_table(results, sets, temps, target, args, skipped) -> None:

@@ -5,15 +5,16 @@ model through the same kernels the engine uses and measures, side by side in one
   * held-out perplexity: the standard-library files the model never saw in training
     (specserve/train/corpus.py's split), in 1024-token windows, every position scored;
   * greedy decode tokens/s on the demo prompt at -t 1 and -t 2;
-  * how many of the first 128 greedy tokens match the unquantized model's.
-Prints a table and writes JSON.
+  * how many of the first 256 greedy tokens match the unquantized model's.
+Prints a table, writes JSON and the Markdown table the documentation links
+(docs/results/quant_quality.md; see benchmarks/results_table.py).
 
     .venv/bin/python benchmarks/quant_quality.py [--max-tokens N] [--out runs/quant_quality.json]
+        [--table-out FILE] [--from-json FILE] [--note TEXT]
 """
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import platform
 import sys
@@ -28,6 +29,9 @@ sys.path.insert(0, str(ROOT))
 from specserve import LLM, SamplingParams  # noqa: E402
 from specserve.commands.demo import DEMO_PROMPT  # noqa: E402
 from specserve.llm import BUNDLED_MODEL  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import results_table  # noqa: E402
 from specserve.models.step_batch import StepBatch  # noqa: E402
 from specserve.train import corpus  # noqa: E402
 
@@ -67,11 +71,34 @@ def decode(llm: LLM, n_tokens: int = 256) -> tuple[float, list[int]]:
     return max(o.timings["predicted_per_second"] for o in outs), outs[0].token_ids
 
 
+def markdown_table(record: dict) -> str:
+    out = ["| weights | packed MB | held-out perplexity | tok/s `-t 1` | tok/s `-t 2` | "
+           "greedy tokens equal to bf16's |", "|---|---|---|---|---|---|"]
+    for r in record["results"]:
+        name = "bfloat16 (the checkpoint)" if r["quant"] == "none" else f"{r['quant']} (`--quant {r['quant']}`)"
+        out.append(f"| {name} | {r['weights_mb']:.1f} | {r['perplexity']:.3f} | {r['tok_s_t1']:.0f} | "
+                   f"{r['tok_s_t2']:.0f} | {r['same_greedy_tokens']}/256 |")
+    return "\n".join(out)
+
+
+def write_markdown(args, record: dict) -> None:
+    conditions = (f"Held-out perplexity over {record['held_out_tokens']} tokens of standard-library files the "
+                  f"bundled model never saw, scored through the serving kernels; decode speed on the demo prompt, "
+                  f"one run, best of 3 requests.")
+    results_table.write_table(args, "Weight quantization: quality and speed", markdown_table(record), conditions,
+                              record.get("machine"))
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--max-tokens", type=int, default=0, help="held-out tokens to score (0 = all)")
     parser.add_argument("--out", type=Path, default=ROOT / "runs" / "quant_quality.json")
+    results_table.add_options(parser, "quant_quality")
     args = parser.parse_args()
+    earlier = results_table.load_runs(args)
+    if earlier is not None:
+        write_markdown(args, earlier[-1])
+        return 0
     tokens = held_out_tokens(args.max_tokens)
     rows, reference = [], None
     for quant in ("none", "int8"):
@@ -87,16 +114,10 @@ def main() -> int:
         print(row, flush=True)
     print(f"\nheld-out perplexity over {tokens.shape[0]} tokens of standard-library files the model never saw; "
           f"speeds: one run, best of 3 requests\n")
-    print("| weights | packed MB | held-out perplexity | tok/s -t 1 | tok/s -t 2 | greedy tokens equal to bf16 |")
-    print("|---|---|---|---|---|---|")
-    for r in rows:
-        name = "bfloat16" if r["quant"] == "none" else r["quant"]
-        print(f"| {name} | {r['weights_mb']:.1f} | {r['perplexity']:.3f} | {r['tok_s_t1']:.0f} | {r['tok_s_t2']:.0f} | "
-              f"{r['same_greedy_tokens']}/256 |")
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps({"machine": platform.platform(), "held_out_tokens": int(tokens.shape[0]),
-                                    "results": rows}, indent=2))
-    print(f"\nwrote {args.out}")
+    record = {"machine": platform.platform(), "held_out_tokens": int(tokens.shape[0]), "results": rows}
+    print(markdown_table(record))
+    results_table.write_json(args.out, record)
+    write_markdown(args, record)
     return 0
 
 

@@ -8,12 +8,13 @@ and the mean acceptance length reported by the server. Every request of a level 
 prompt, and every level starts fresh servers, so methods that learn across requests gain
 nothing from repeats. The servers of one level are up together (an idle one sleeps) and
 take turns, so changes in the machine's load hit every configuration alike. Greedy outputs
-must be identical in every configuration (lossless); the table says so. Prints a table and
-writes JSON.
+must be identical in every configuration (lossless); the table says so. Prints a table, writes
+JSON and the Markdown table the documentation links (docs/results/server_throughput.md; see
+benchmarks/results_table.py).
 
     .venv/bin/python benchmarks/server_throughput.py [-m MODEL] [--out runs/server_throughput.json]
         [--spec-types ngram-simple,ngram-mod+schedule,...] [--draft-model DIR] [--max-tokens 128]
-        [-- extra server options]
+        [--table-out FILE] [--from-json FILE] [--note TEXT] [-- extra server options]
 
 The draft-* types use the bundled drafters with the bundled model (or --draft-model); a type
 that cannot start is skipped with the server's error.
@@ -42,6 +43,7 @@ from specserve.speculative.registry import available_types, proposer_class  # no
 
 from serve_process import ServeProcess  # noqa: E402
 from server_prompts import prompts  # noqa: E402
+import results_table  # noqa: E402
 
 def server_args(spec_label: str, model: str, slots: int, extra: list[str], draft_model: str | None) -> list[str]:
     """`specserve serve` options for one configuration ("TYPE+schedule": TYPE with --spec-schedule)."""
@@ -106,6 +108,48 @@ async def run_level(url: str, prompt_list: list[str], concurrency: int, n_reques
     }
 
 
+def markdown_table(report: dict) -> str:
+    """A row per configuration: output tokens/s over no speculation at each concurrency, and the mean
+    acceptance length at the highest one."""
+    base = {r["concurrency"]: r for r in report["configs"].get("none", {}).get("levels", [])}
+    levels = report["levels"]
+    top = max(levels)
+    speeds = ", ".join(f"{base[c]['tokens_per_s']:.0f}" for c in levels if c in base)
+    out = [f"No speculation streamed {speeds} tok/s at c={', '.join(map(str, levels))}.", "",
+           "| config | " + " | ".join(f"c={c}" for c in levels) + f" | mean AL (c={top}) |",
+           "|---|" + "---|" * (len(levels) + 1)]
+    different = []
+    for spec_type, result in report["configs"].items():
+        if spec_type == "none":
+            continue
+        if "skipped" in result:
+            out.append(f"| {spec_type} | " + " | ".join(["skipped"] + ["-"] * len(levels)) + " |")
+            continue
+        rows = {r["concurrency"]: r for r in result["levels"]}
+        cells = []
+        for c in levels:
+            r, ref = rows.get(c), base.get(c)
+            cells.append(f"{r['tokens_per_s'] / ref['tokens_per_s']:.2f}x" if r and ref else "-")
+            if r and ref and r["output_digests"] != ref["output_digests"]:
+                different.append(f"{spec_type} at c={c}")
+        al = rows.get(top, {}).get("mean_acceptance_length")
+        out.append(f"| {spec_type} | " + " | ".join(cells) + f" | {results_table.fmt(al)} |")
+    out += ["", "(speedup in output tokens/s over no speculation at the same concurrency; "
+            + ("every output identical to no speculation)" if not different else
+               f"outputs DIFFERENT from no speculation: {', '.join(different)})")]
+    return "\n".join(out)
+
+
+def write_markdown(args, report: dict) -> None:
+    machine = report.get("machine") or {}
+    extra = " ".join(report.get("server_args") or [])
+    conditions = (f"`specserve serve` on {Path(report['model']).name}, `-t {report['threads']}`"
+                  + (f" {extra}" if extra else "") + f", greedy streaming completions of at most "
+                  f"{report['max_tokens']} tokens, fresh servers at every concurrency level.")
+    results_table.write_table(args, "Server throughput by concurrency", markdown_table(report), conditions,
+                              f"{machine.get('platform', '?')}, {machine.get('cpu_count', '?')} CPUs")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("-m", "--model", default=str(BUNDLED_MODEL))
@@ -122,7 +166,12 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=1, help="measurements per level and configuration; best kept")
     parser.add_argument("--out", default=str(ROOT / "runs" / "server_throughput.json"))
     parser.add_argument("server_args", nargs="*", help="extra `specserve serve` options (after --)")
+    results_table.add_options(parser, "server_throughput")
     args = parser.parse_args()
+    earlier = results_table.load_runs(args)
+    if earlier is not None:
+        write_markdown(args, earlier[-1])
+        return
 
     levels = [int(c) for c in args.concurrency.split(",")]
     types = ["none"] + ([t for t in args.spec_types.split(",") if t] if args.spec_types
@@ -156,6 +205,7 @@ def main() -> None:
     print_table(report)
     out_path.write_text(json.dumps(report, indent=2))
     print(f"\nwrote {out_path}")
+    write_markdown(args, report)
 
 
 def start_servers(args, types: list[str], slots: int, out_path: Path, report: dict) -> dict[str, ServeProcess]:

@@ -4,14 +4,15 @@ For -t 1, -t 2 and -t 0 (the default: physical cores), the script decodes the sa
 prompt on the bundled model with 0, 1 and 2 neighbour processes that each keep one core busy
 (a spinning Python loop, as another program would), and prints tokens/s with the ratio to the
 quiet -t 1 figure, so one run shows whether more threads ever hurt and how gracefully speed
-degrades when cores are taken. Prints a table and writes JSON.
+degrades when cores are taken. Prints a table, writes JSON and the Markdown table the
+documentation links (docs/results/threads_under_load.md; see benchmarks/results_table.py).
 
     .venv/bin/python benchmarks/threads_under_load.py [--threads 1,2,0] [--neighbours 0,1,2] [--out FILE]
+        [--table-out FILE] [--from-json FILE] [--note TEXT]
 """
 from __future__ import annotations
 
 import argparse
-import json
 import multiprocessing
 import os
 import platform
@@ -24,6 +25,9 @@ sys.path.insert(0, str(ROOT))
 
 from specserve import LLM, SamplingParams  # noqa: E402
 from specserve.commands.demo import DEMO_PROMPT  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import results_table  # noqa: E402
 
 
 def spin(stop) -> None:
@@ -59,6 +63,41 @@ def measure(threads: int, neighbours: int, n_tokens: int, repeats: int) -> float
             hog.join()
 
 
+def markdown_table(record: dict) -> str:
+    """A row per -t, a column per number of busy neighbours: tokens/s (ratio to quiet -t 1)."""
+    rows = record["results"]
+    base = next((r["tokens_per_s"] for r in rows if r["threads"] == 1 and r["neighbours"] == 0), None)
+    threads = list(dict.fromkeys(r["threads"] for r in rows))
+    neighbours = list(dict.fromkeys(r["neighbours"] for r in rows))
+    speed = {(r["threads"], r["neighbours"]): r["tokens_per_s"] for r in rows}
+
+    def label(n: int) -> str:
+        return "no neighbour" if n == 0 else f"{n} busy neighbour{'s' if n > 1 else ''}"
+
+    def name(t: int) -> str:
+        return f"0 (default: {record.get('machine', {}).get('cpus', '?')} cores)" if t == 0 else str(t)
+
+    out = ["| `-t` | " + " | ".join(label(n) for n in neighbours) + " |", "|---|" + "---|" * len(neighbours)]
+    for t in threads:
+        cells = []
+        for n in neighbours:
+            v = speed.get((t, n))
+            cells.append("-" if v is None else f"{v:.0f}" + (f" ({v / base:.2f})" if base else ""))
+        out.append(f"| {name(t)} | " + " | ".join(cells) + " |")
+    repeats = record.get("repeats")
+    out += ["", "(tokens/s, and in brackets the ratio to quiet `-t 1`"
+            + (f"; each figure the median of {repeats} requests)" if repeats else ")")]
+    return "\n".join(out)
+
+
+def write_markdown(args, record: dict) -> None:
+    machine = record.get("machine") or {}
+    conditions = (f"Greedy decode of {record.get('n_predict', '?')} tokens on the bundled model beside "
+                  f"processes that each keep one core busy; one run.")
+    results_table.write_table(args, "Threads beside busy neighbours", markdown_table(record), conditions,
+                              f"{machine.get('platform', '?')}, {machine.get('cpus', '?')} CPUs")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--threads", default="1,2,0")
@@ -66,23 +105,24 @@ def main() -> int:
     parser.add_argument("--n-predict", type=int, default=256)
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--out", type=Path, default=ROOT / "runs" / "threads_under_load.json")
+    results_table.add_options(parser, "threads_under_load")
     args = parser.parse_args()
+    earlier = results_table.load_runs(args)
+    if earlier is not None:
+        write_markdown(args, earlier[-1])
+        return 0
     rows = []
     for neighbours in (int(n) for n in args.neighbours.split(",")):
         for threads in (int(t) for t in args.threads.split(",")):
             speed = measure(threads, neighbours, args.n_predict, args.repeats)
             rows.append({"threads": threads, "neighbours": neighbours, "tokens_per_s": speed})
             print(f"-t {threads}  busy neighbours {neighbours}: {speed:8.1f} tokens/s", flush=True)
-    base = next((r["tokens_per_s"] for r in rows if r["threads"] == 1 and r["neighbours"] == 0), None)
-    print(f"\n(one run; each figure the median of {args.repeats} requests)")
-    print("\n| threads | busy neighbours | tokens/s | vs quiet -t 1 |\n|---|---|---|---|")
-    for r in rows:
-        ratio = f"{r['tokens_per_s'] / base:.2f}" if base else "-"
-        print(f"| {r['threads']} | {r['neighbours']} | {r['tokens_per_s']:.1f} | {ratio} |")
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps({"machine": {"platform": platform.platform(), "cpus": os.cpu_count()},
-                                    "n_predict": args.n_predict, "results": rows}, indent=2))
-    print(f"\nwrote {args.out}")
+    record = {"machine": {"platform": platform.platform(), "cpus": os.cpu_count()},
+              "n_predict": args.n_predict, "repeats": args.repeats, "results": rows}
+    print(f"\n(one run; each figure the median of {args.repeats} requests)\n")
+    print(markdown_table(record))
+    results_table.write_json(args.out, record)
+    write_markdown(args, record)
     return 0
 
 

@@ -8,18 +8,19 @@ their ratio and whether the generated text was identical. Models: the bundled mo
 f32) and a random-weight 306M Qwen3 that the script writes itself (benchmarks/random_qwen3.py),
 too big for the CPU caches, so decoding is bound by memory bandwidth.
 
-llama.cpp comes from LLAMACPP_BIN (the folder with llama-server) and its GGUF files from GGUF_DIR;
-`source ../shared/tools/llamacpp-peer.sh` builds both (15 min the first time). The 306M model is
-converted with GGUF_VENV and LLAMACPP_SRC from the same script. Without llama.cpp the script says
-so and measures specserve alone. Prints a table and writes JSON.
+llama.cpp comes from LLAMACPP_BIN (the folder with llama-server) and its GGUF files from GGUF_DIR
+(docs/llamacpp.md says what they must hold). The 306M model is converted with llama.cpp's
+convert_hf_to_gguf.py from LLAMACPP_SRC, run by the Python environment GGUF_VENV. Without llama.cpp the script says
+so and measures specserve alone. Prints a table, writes JSON and writes the Markdown tables the
+documentation links (docs/results/vs_llamacpp.md; see benchmarks/results_table.py).
 
     .venv/bin/python benchmarks/vs_llamacpp.py [--quick] [--threads 1,2] [--models bundled-bf16,306m]
         [--spec-types none,ngram-mod,...] [--slots 1,4] [--out runs/vs_llamacpp.json]
+        [--table-out docs/results/vs_llamacpp.md] [--from-json runs/vs_llamacpp.json] [--note TEXT]
 """
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import subprocess
@@ -40,6 +41,7 @@ from specserve.llm import BUNDLED_MODEL  # noqa: E402
 
 from prompt_sets import CODE_PROMPTS, TEXT_PROMPTS  # noqa: E402
 from random_qwen3 import write_random_qwen3  # noqa: E402
+import results_table  # noqa: E402
 from serve_process import LlamaServerProcess, ServeProcess  # noqa: E402
 
 ALL_SPEC_TYPES = ["none", "ngram-simple", "ngram-map-k", "ngram-map-k4v", "ngram-mod", "ngram-cache",
@@ -50,6 +52,8 @@ GGUF_DRAFTERS = {"draft-simple": "stdlib-coder-draft-f32.gguf", "draft-eagle3": 
 # llama.cpp's draft-dflash expects the z-lab block layout; our anchor-first DFlash drafter runs there as
 # draft-dspark without a Markov head (same network, same layout)
 LLAMA_SPEC_TYPE = {"draft-dflash": "draft-dspark"}
+MODEL_LABELS = {"bundled-bf16": "bundled model, bf16", "bundled-f32": "bundled model, f32",
+                "306m": "random 306M Qwen3, bf16"}
 
 
 @dataclass
@@ -206,6 +210,52 @@ def print_table(results: list[Result]) -> None:
             print(f"note: {r.model} t{r.threads} np{r.slots} {r.spec_type}: {note}")
 
 
+def markdown_tables(record: dict) -> str:
+    """One table per model: a row per spec type, a column per (threads, slots), cells
+    'specserve tok/s / llama.cpp tok/s (ratio)'; then how many texts matched and any notes."""
+    def rate(value):
+        return results_table.fmt(value, 0 if value is not None and value >= 100 else 1)
+
+    out = ["cells: specserve tok/s / llama.cpp tok/s (ratio); `-` where llama.cpp cannot run the "
+           "configuration", ""]
+    models = dict.fromkeys((r["model"], r["dtype"]) for r in record["results"])
+    for model, dtype in models:
+        rows = [r for r in record["results"] if (r["model"], r["dtype"]) == (model, dtype)]
+        columns = list(dict.fromkeys((r["threads"], r["slots"]) for r in rows))
+        cells = {(r["spec_type"], r["threads"], r["slots"]): r for r in rows}
+        label = MODEL_LABELS.get(model, f"{model}, {dtype}")
+        out.append(f"| {label} | " + " | ".join(f"`-t {t}`, {s} slot{'s' if s > 1 else ''}" for t, s in columns)
+                   + " |")
+        out.append("|---|" + "---|" * len(columns))
+        for spec_type in dict.fromkeys(r["spec_type"] for r in rows):
+            line = []
+            for t, s in columns:
+                r = cells.get((spec_type, t, s))
+                if r is None or r["specserve_tok_s"] is None:
+                    line.append("-")
+                elif r["llama_tok_s"] is None:
+                    line.append(f"{rate(r['specserve_tok_s'])} / -")
+                else:
+                    ratio = r["specserve_tok_s"] / r["llama_tok_s"]
+                    line.append(f"{rate(r['specserve_tok_s'])} / {rate(r['llama_tok_s'])} ({ratio:.2f})")
+            out.append(f"| {spec_type} | " + " | ".join(line) + " |")
+        compared = [r for r in rows if r["identical"] is not None]
+        same, total = sum(r["identical"] for r in compared), sum(r["n_requests"] for r in compared)
+        notes = sorted({f"{r['spec_type']}: {n}" for r in rows for n in r["notes"]})
+        out += ["", f"Same generated text as llama.cpp: {same} of {total} requests."
+                + (" " + "; ".join(notes) + "." if notes else ""), ""]
+    return "\n".join(out)
+
+
+def write_markdown(args, record: dict) -> None:
+    machine = record.get("machine") or {}
+    where = f"{machine.get('platform', '?')}, {machine.get('cpus', '?')} CPUs"
+    conditions = (f"Greedy `/completion` requests of {record.get('n_predict', '?')} tokens to `llama-server` "
+                  f"and `specserve serve` on the same model and settings; client wall-clock output tokens/s; "
+                  f"one run of each configuration.")
+    results_table.write_table(args, "specserve vs llama.cpp", markdown_tables(record), conditions, where)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--models", default="bundled-bf16,bundled-f32,306m")
@@ -216,15 +266,20 @@ def main() -> int:
     parser.add_argument("--n-predict", type=int, default=128)
     parser.add_argument("--quick", action="store_true", help="4 prompts per configuration instead of 8 (16)")
     parser.add_argument("--out", type=Path, default=ROOT / "runs" / "vs_llamacpp.json")
+    results_table.add_options(parser, "vs_llamacpp")
     args = parser.parse_args()
+    earlier = results_table.load_runs(args)
+    if earlier is not None:     # several runs make one record (e.g. one per model)
+        write_markdown(args, {**earlier[0], "results": [r for run in earlier for r in run["results"]]})
+        return 0
 
     llama_bin = Path(os.environ["LLAMACPP_BIN"]) if os.environ.get("LLAMACPP_BIN") else None
     if llama_bin is not None and not (llama_bin / "llama-server").is_file():
         print(f"LLAMACPP_BIN={llama_bin} has no llama-server; measuring specserve alone")
         llama_bin = None
     if llama_bin is None:
-        print("no llama.cpp build found (set LLAMACPP_BIN and GGUF_DIR, e.g. `source "
-              "../shared/tools/llamacpp-peer.sh`): measuring specserve alone")
+        print("no llama.cpp build found (set LLAMACPP_BIN and GGUF_DIR, see docs/llamacpp.md): "
+              "measuring specserve alone")
     gguf_dir = Path(os.environ["GGUF_DIR"]) if os.environ.get("GGUF_DIR") else None
     scratch = ROOT / "runs"
     logs = scratch / "vs_llamacpp_logs"
@@ -245,12 +300,12 @@ def main() -> int:
                           flush=True)
     print("\n(one run of each configuration: on a machine doing other work, figures move by ~10 %)\n")
     print_table(results)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps({
+    record = {
         "machine": {"platform": platform.platform(), "processor": platform.processor(), "cpus": os.cpu_count()},
         "llama_cpp": str(llama_bin) if llama_bin else None, "n_predict": args.n_predict,
-        "results": [dict(asdict(r), ratio=r.ratio) for r in results]}, indent=2))
-    print(f"\nwrote {args.out}")
+        "results": [dict(asdict(r), ratio=r.ratio) for r in results]}
+    results_table.write_json(args.out, record)
+    write_markdown(args, record)
     return 0
 
 

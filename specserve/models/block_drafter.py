@@ -1,4 +1,4 @@
-"""The DFlash / DSpark draft network (reference dflash_dspark.md §1.4-§1.10, §3.2-§3.3).
+"""The DFlash / DSpark draft network (docs/reference/dflash-dspark.md §1.4-§1.10, §3.2-§3.3).
 
 A decoder layer stack (Qwen3-, Llama- or Qwen2-style: block_drafter_backbone.py) that reads the
 target instead of its own past:
@@ -225,7 +225,7 @@ class BlockDrafter(nn.Module):
         for layer_id, w in enumerate(self.serving):
             k_cache, v_cache = cache.k[layer_id], cache.v[layer_id]
             h = rms_norm(x, w.input_norm, eps)
-            if n_ctx:                   # no input_layernorm on the context (reference gotcha 6)
+            if n_ctx:                   # no input_layernorm on the context (docs/reference/dflash-dspark.md §1.5)
                 h = torch.cat([ctx, h])
             qkv = linear(h, w.qkv_w, w.qkv_b).float()
             qk = qkv[:, :q_size + kv_size].reshape(-1, n_heads + n_kv, d)

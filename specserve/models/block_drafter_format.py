@@ -1,6 +1,6 @@
 """DFlash / DSpark draft checkpoints: format detection and one normalised description.
 
-Three public layouts of the same network are read (reference dflash_dspark.md §1.2, §1.3, §3.6):
+Three public layouts of the same network are read (docs/reference/dflash-dspark.md §1.1-§1.3, §3.6):
 
 * z-lab `DFlashDraftModel`: backbone only (`fc`, `hidden_norm`, `layers.*`, `norm`), no embedding
   or head; `block_size` top-level or under `dflash_config`; bonus-anchor layout (B-1 drafts);
@@ -99,7 +99,8 @@ class BlockDrafterConfig:
 
 
 def _lookup(raw: dict, name: str, default=None):
-    """A key from `dflash_config` if present there, else top-level (schema drift, reference §1.1)."""
+    """A key from `dflash_config` if present there, else top-level (schema drift,
+    docs/reference/dflash-dspark.md §1.1)."""
     nested = raw.get("dflash_config") or {}
     if isinstance(nested, dict) and nested.get(name) is not None:
         return nested[name]

@@ -1,4 +1,4 @@
-"""EAGLE-3 draft checkpoints in every public layout -> Eagle3Draft (reference eagle3_mtp 1.2-1.5, 1.8).
+"""EAGLE-3 draft checkpoints in every public layout -> Eagle3Draft (docs/reference/eagle3-mtp.md §1.2-§1.5, §1.8).
 
 | layout | architectures | layers | layer ids |
 |---|---|---|---|

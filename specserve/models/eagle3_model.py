@@ -1,4 +1,4 @@
-"""The EAGLE-3 draft head (reference eagle3_mtp 1.1, 1.6).
+"""The EAGLE-3 draft head (docs/reference/eagle3-mtp.md §1.1, §1.6).
 
     g        = fc(cat(target features))                    only for target features
     z        = cat(input_layernorm(embed(token)), hidden_norm(g))       [N, 2H]

@@ -1,6 +1,6 @@
 """MTP heads from a target checkpoint (or a head-only folder merged over it) -> MtpHead.
 
-Layouts (reference eagle3_mtp 3.1, 3.3), N = the target's num_hidden_layers:
+Layouts (docs/reference/eagle3-mtp.md §3.1, §3.3), N = the target's num_hidden_layers:
   * DeepSeek-style nextn on Llama / Qwen2 / Qwen3 backbones: `model.layers.{N}.{enorm, hnorm,
     eh_proj, shared_head.norm, shared_head.head, embed_tokens}` plus a decoder block under the
     same prefix; shared_head.* and embed_tokens are optional (the target's are used);

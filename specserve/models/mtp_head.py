@@ -1,4 +1,4 @@
-"""A multi-token-prediction head carried by a target checkpoint (reference eagle3_mtp 3.1, 3.3).
+"""A multi-token-prediction head carried by a target checkpoint (docs/reference/eagle3-mtp.md §3.1, §3.3).
 
     e  = embed(token), zeroed at position 0 (as vLLM does)
     x  = proj(cat(enorm(e), hnorm(h)))      DeepSeek-style nextn: [embedding, hidden]

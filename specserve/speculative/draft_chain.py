@@ -1,6 +1,6 @@
 """Batched autoregressive drafting shared by the model drafters (draft-simple, draft-eagle3, draft-mtp).
 
-llama.cpp's draft loop (reference llamacpp_spec 5.5-5.7), for all drafting slots at once:
+llama.cpp's draft loop (docs/reference/llamacpp-speculative.md §5.5-§5.7), for all drafting slots at once:
 each step runs ONE draft forward over every still-drafting slot's rows; each slot then
 looks at the top-10 candidates of its output row (softmax over those 10 at T=1), stops
 before a token whose probability is below `--spec-draft-p-min`, appends the top-1 token,

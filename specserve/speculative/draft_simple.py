@@ -1,5 +1,5 @@
 """draft-simple: a separate small model of the same vocabulary drafts autoregressively
-(llama.cpp `common_speculative_impl_draft_simple`, reference llamacpp_spec 5.5).
+(llama.cpp `common_speculative_impl_draft_simple`, docs/reference/llamacpp-speculative.md §5.5).
 
 The draft model is loaded with the target's model code (`-md DIR`, any supported family)
 and keeps its own KV cache with one slot per engine slot. It is fed lazily: before

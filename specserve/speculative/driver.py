@@ -3,7 +3,7 @@
 Mirrors `common_speculative_{begin,process,draft,accept}`: every proposer sees every
 begin/process; drafting tries proposers in precedence order and the first non-empty
 draft wins for a slot; the caller's cap truncates after drafting; counters follow
-llama.cpp's semantics exactly (reference section 1.1 and 2.1).
+llama.cpp's semantics exactly (docs/reference/llamacpp-speculative.md §1.1, §2.1).
 """
 from __future__ import annotations
 

@@ -2,7 +2,8 @@
 
 Both heads consume pairs (token at position P+1, target feature at position P) written
 at draft memory position P, in their own one-slot-per-engine-slot KV cache, and chain on
-their own output hidden state (reference eagle3_mtp 1.6, 3.1; llamacpp_spec 5.6, 5.7).
+their own output hidden state (docs/reference/eagle3-mtp.md §1.6, §3.1;
+docs/reference/llamacpp-speculative.md §5.6, §5.7).
 
 Bookkeeping per slot, as llama.cpp does it:
   * `process(batch)`: the rows of each slot's segment give features f[0..n-1]. Pairs

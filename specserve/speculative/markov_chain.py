@@ -1,7 +1,7 @@
 """DSpark's sequential stage: the Markov-biased chain over one block, for every slot at once.
 
     logits'_k = U_k + W2 · W1[prev_k],   prev_1 = anchor,  prev_k = draft k-1
-(reference dflash_dspark.md §3.2, §3.5). Position k can only be computed once draft k-1 is
+(docs/reference/dflash-dspark.md §3.2, §3.5). Position k can only be computed once draft k-1 is
 known, so the chain loops over the n block positions, but each step is one batched operation
 over all slots. At temperature 0 a slot takes the argmax; at T > 0 it samples from
 softmax(logits'_k / T) with its own generator (Gumbel-max with noise drawn per slot), and the

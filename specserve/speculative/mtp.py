@@ -1,6 +1,6 @@
-"""draft-mtp: the target's own multi-token-prediction head drafts (reference eagle3_mtp 3,
-llamacpp_spec 5.7). The head is read from the target checkpoint, or from `-md DIR`, a
-head-only folder merged over the target checkpoint (models/mtp_format.py).
+"""draft-mtp: the target's own multi-token-prediction head drafts (docs/reference/eagle3-mtp.md §3,
+docs/reference/llamacpp-speculative.md §5.7). The head is read from the target checkpoint, or from
+`-md DIR`, a head-only folder merged over the target checkpoint (models/mtp_format.py).
 
 Each row pairs the next token with the target's final (post-norm) hidden state; chained
 steps reuse the one head and feed back its own post-norm output. The pending-row

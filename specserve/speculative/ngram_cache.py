@@ -1,8 +1,8 @@
-"""ngram-cache: draft from n-gram statistics (llama.cpp `ngram-cache` type, reference
-section 5.4): a per-slot context cache built from the slot's own tokens, plus optional
-dynamic and static caches loaded from llama.cpp cache files (`--lookup-cache-dynamic`,
-`--lookup-cache-static`, read-only while serving, shared by all slots). Drafts are at
-most 8 tokens, as in llama.cpp.
+"""ngram-cache: draft from n-gram statistics (llama.cpp `ngram-cache` type,
+docs/reference/llamacpp-speculative.md §5.4): a per-slot context cache built from the slot's own
+tokens, plus optional dynamic and static caches loaded from llama.cpp cache files
+(`--lookup-cache-dynamic`, `--lookup-cache-static`, read-only while serving, shared by all slots).
+Drafts are at most 8 tokens, as in llama.cpp.
 
 As in llama.cpp, the context cache is updated with each chunk of new tokens on its own,
 so n-grams that straddle two chunks are not counted. Unlike llama.cpp (whose begin() is

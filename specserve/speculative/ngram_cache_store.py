@@ -1,4 +1,4 @@
-"""n-gram caches (llama.cpp common/ngram-cache, reference section 5.4): counts of the
+"""n-gram caches (llama.cpp common/ngram-cache, docs/reference/llamacpp-speculative.md §5.4): counts of the
 tokens that followed each n-gram of 1..4 tokens, the drafting rule over a context,
 a dynamic and a static cache, and llama.cpp's binary file format.
 

@@ -1,5 +1,5 @@
 """ngram-map-k and ngram-map-k4v: per-slot maps from key n-grams to the m-grams that
-followed them (llama.cpp `common_ngram_map`, reference section 5.2).
+followed them (llama.cpp `common_ngram_map`, docs/reference/llamacpp-speculative.md §5.2).
 
 The key is the last n-1 tokens in the cache plus id_last. A match is looked up first
 through a 262144-slot table of 32-bit LCG hashes of earlier n-grams (first writer wins,

@@ -1,6 +1,6 @@
 """ngram-mod: one hash pool shared by all slots maps every n-gram of the histories to
 the token that followed it; drafts chain lookups (llama.cpp `common_ngram_mod`,
-reference section 5.3).
+docs/reference/llamacpp-speculative.md §5.3).
 
 Pool: 4M int32 entries (16 MiB), index = 64-bit LCG rolling hash of the n-gram
 (h = h * 6364136223846793005 + t, wrapping mod 2^64) mod 2^22. There is no key check,

@@ -1,5 +1,5 @@
 """ngram-simple: draft the m tokens that followed the most recent earlier occurrence of
-the current n-gram (llama.cpp `common_ngram_simple_draft`, reference section 5.1).
+the current n-gram (llama.cpp `common_ngram_simple_draft`, docs/reference/llamacpp-speculative.md §5.1).
 
 The current n-gram is the last n-1 tokens in the cache plus id_last. Quirks kept on
 purpose for parity: position 0 never matches, the history must be longer than n+m+1,

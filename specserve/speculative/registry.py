@@ -11,7 +11,7 @@ from ..errors import OptionError
 from ..option import Option
 from .base import Proposer
 
-# llama.cpp's order, whatever order the user lists types in (reference section 1.2)
+# llama.cpp's order, whatever order the user lists types in (docs/reference/llamacpp-speculative.md §1.2)
 PRECEDENCE = [
     "ngram-simple", "ngram-map-k", "ngram-map-k4v", "ngram-mod", "ngram-cache",
     "draft-simple", "draft-eagle3", "draft-mtp", "draft-dflash", "draft-dspark",

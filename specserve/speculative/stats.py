@@ -1,5 +1,5 @@
 """Speculative statistics: per-method counters and per-request counters, printed in
-llama.cpp's current line formats (see reference section 2)."""
+llama.cpp's current line formats (docs/reference/llamacpp-speculative.md §2)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field

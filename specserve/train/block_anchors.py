@@ -1,4 +1,4 @@
-"""Random anchors and blocks for block-drafter training (reference dflash_dspark.md §4.2, §4.4).
+"""Random anchors and blocks for block-drafter training (docs/reference/dflash-dspark.md §4.2, §4.4).
 
 Per sequence, anchors are drawn uniformly without replacement from the positions p whose token
 and next token are both in the trained (regenerated) part, sorted, and padded with dummy blocks

@@ -1,4 +1,4 @@
-"""Block-drafter losses and acceptance estimates (reference dflash_dspark.md §3.3, §4.5).
+"""Block-drafter losses and acceptance estimates (docs/reference/dflash-dspark.md §3.3, §4.5).
 
 With position weights w_k = exp(-k / gamma) over the draft positions of each block:
   L_ce   = sum w * CE(draft', label) / sum w                      (draft' includes the Markov bias)

@@ -1,4 +1,4 @@
-"""Training DFlash and DSpark drafters for a target (reference dflash_dspark.md §4).
+"""Training DFlash and DSpark drafters for a target (docs/reference/dflash-dspark.md §4).
 
 Per step: a batch of target-regenerated sequences; the frozen target runs once over them
 (taps for the draft's context, final-normed states for the target's own next-token
