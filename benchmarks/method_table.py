@@ -8,10 +8,12 @@ torch thread by default), which other jobs on a shared machine do not distort; t
 wall-clock decode rate. The drafters are the ones shipped for the bundled model
 (specserve.bundled.STDLIB_CODER_DRAFTERS); a type without one is skipped with a note. At T=1 the model drafters also run
 with `--spec-draft-sample` (drafts sampled from q, verified by rejection sampling).
-Single stream (one slot), requests one after another. Prints the table, writes JSON and the
+Single stream (one slot, requests one after another) unless `-np N` batches each prompt set over N
+slots; `--schedule` adds --spec-schedule; `--methods` picks spec types. Prints the table, writes JSON and the
 Markdown table the documentation links (docs/results/method_table.md; see benchmarks/results_table.py).
 
     .venv/bin/python benchmarks/method_table.py [--n-tokens 128] [--out runs/method_table.json]
+        [--methods draft-simple,draft-dspark] [-np 4 --schedule]
         [--table-out FILE] [--from-json FILE] [--note TEXT]
 """
 from __future__ import annotations
@@ -45,28 +47,35 @@ def bundled_drafters(target: Path) -> dict[str, Path]:
     return {spec_type: folder for spec_type, (folder, _) in shipped_drafters().items()}
 
 
-def configurations(target: Path):
-    """(label, spec type, draft folder, extra options, temperatures) for every known type; plus skip notes."""
+def configurations(target: Path, methods: list[str] | None = None, schedule: bool = False):
+    """(label, spec type, draft folder, extra options, temperatures) for every known type (or those in
+    `methods`); plus skip notes. `schedule` adds --spec-schedule to every speculative configuration."""
     drafters = bundled_drafters(target)
     configs, skipped = [("no speculation", "none", None, {}, (0.0, 1.0))], []
     for spec_type in available_types():
-        if spec_type == "none":
+        if spec_type == "none" or (methods and spec_type not in methods):
             continue
         folder = drafters.get(spec_type)
         if proposer_class(spec_type).needs_draft_model and folder is None:
             skipped.append((spec_type, "no drafter shipped for this model"))
             continue
-        configs.append((spec_type, spec_type, folder, {}, (0.0, 1.0)))
+        extra = {"spec_schedule": True} if schedule else {}
+        configs.append((spec_type, spec_type, folder, extra, (0.0, 1.0)))
         if spec_type in MODEL_DRAFTERS:
-            configs.append((f"{spec_type} + q", spec_type, folder, {"spec_draft_sample": True}, (1.0,)))
+            configs.append((f"{spec_type} + q", spec_type, folder, {**extra, "spec_draft_sample": True}, (1.0,)))
+        elif spec_type == "draft-dflash":       # DSpark samples its chain by default; DFlash drafts greedily
+            configs.append((f"{spec_type} + q", spec_type, folder, {**extra, "spec_dflash_sample": "sample"}, (1.0,)))
     return configs, skipped
 
 
-def run_set(llm, prompts, temperature, n_tokens, seed=0):
+def run_set(llm, prompts, temperature, n_tokens, parallel=1, seed=0):
     params = [SamplingParams(temperature=temperature, max_tokens=n_tokens, ignore_eos=True, seed=seed + i)
               for i in range(len(prompts))]
     cpu0 = time.process_time()
-    outs = [llm.generate(p, sp)[0] for p, sp in zip(prompts, params)]       # one request at a time
+    if parallel > 1:            # all prompts at once, batched over the slots
+        outs = llm.generate(prompts, params)
+    else:                       # one request at a time
+        outs = [llm.generate(p, sp)[0] for p, sp in zip(prompts, params)]
     cpu_s = time.process_time() - cpu0
     steps = sum(o.draft_stats.get("verify_steps", 0) for o in outs)
     accepted = sum(o.draft_stats.get("accepted", 0) for o in outs)
@@ -100,6 +109,10 @@ def main() -> None:
     parser.add_argument("-t", "--threads", type=int, default=1,
                         help="compute threads (default 1, so that CPU time measures the work)")
     parser.add_argument("--repeats", type=int, default=1, help="runs per setting; the fastest (CPU time) is kept")
+    parser.add_argument("--methods", default="", help="comma-separated spec types to run (default: all)")
+    parser.add_argument("-np", "--parallel", type=int, default=1,
+                        help="slots; above 1 each prompt set is submitted at once and batched")
+    parser.add_argument("--schedule", action="store_true", help="--spec-schedule for every speculative method")
     parser.add_argument("--out", default="runs/method_table.json")
     results_table.add_options(parser, "method_table")
     args = parser.parse_args()
@@ -112,13 +125,14 @@ def main() -> None:
     target = Path(args.model)
     temps = [float(t) for t in args.temperatures.split(",")]
     sets = args.sets.split(",")
-    configs, skipped = configurations(target)
+    configs, skipped = configurations(target, [m for m in args.methods.split(",") if m], args.schedule)
     results, t_start = [], time.perf_counter()
     baseline: dict[tuple, dict] = {}
     for label, spec_type, folder, extra, config_temps in configs:
         try:
             n_max = args.block_n_max if spec_type in BLOCK_DRAFTERS else args.n_max
-            llm = LLM(target, draft_model=folder, spec_type=spec_type, spec_draft_n_max=n_max, **extra)
+            llm = LLM(target, draft_model=folder, spec_type=spec_type, spec_draft_n_max=n_max,
+                      n_parallel=args.parallel, **extra)
         except SpecServeError as exc:
             skipped.append((label, str(exc)))
             continue
@@ -126,7 +140,7 @@ def main() -> None:
         llm.generate(prompts[sets[0]][0], SamplingParams(temperature=0, max_tokens=8))       # warm-up
         for temp in [t for t in temps if t in config_temps]:
             for name in sets:
-                r = min((run_set(llm, prompts[name], temp, args.n_tokens) for _ in range(args.repeats)),
+                r = min((run_set(llm, prompts[name], temp, args.n_tokens, args.parallel) for _ in range(args.repeats)),
                         key=lambda x: x["cpu_s"])
                 token_ids = r.pop("token_ids")
                 if spec_type == "none":
@@ -141,6 +155,7 @@ def main() -> None:
                       f"cpu {r['cpu_s']:.2f}s speedup x{r['speedup']:.2f}", flush=True)
     print_table(results, sets, temps, target, args, skipped)
     out = {"model": str(target), "n_tokens": args.n_tokens, "n_max": args.n_max, "block_n_max": args.block_n_max,
+           "parallel": args.parallel, "schedule": args.schedule,
            "threads": kernels.threads(),
            "machine": results_table.machine(), "minutes": (time.perf_counter() - t_start) / 60, "results": results,
            "skipped": [{"method": m, "reason": r} for m, r in skipped]}
@@ -183,7 +198,11 @@ def markdown_table(record: dict) -> str:
 
 
 def write_markdown(args, record: dict) -> None:
-    conditions = (f"{Path(record['model']).name}, {record['n_tokens']} tokens per prompt, single stream, "
+    slots = record.get("parallel", 1)
+    streams = "single stream" if slots == 1 else f"{slots} slots, each prompt set submitted at once"
+    if record.get("schedule"):
+        streams += ", `--spec-schedule`"
+    conditions = (f"{Path(record['model']).name}, {record['n_tokens']} tokens per prompt, {streams}, "
                   f"{record['threads']} thread(s), `--spec-draft-n-max` {record['n_max']} "
                   f"({record['block_n_max']} for the block drafters); speedup in CPU time over no speculation.")
     results_table.write_table(args, "Every method on the bundled model", markdown_table(record), conditions,
@@ -192,7 +211,7 @@ def write_markdown(args, record: dict) -> None:
 
 def print_table(results, sets, temps, target, args, skipped) -> None:
     print(f"\nmethod table: {target.name}, {args.n_tokens} tokens per prompt, {len(PROMPT_SETS[sets[0]])} prompts "
-          f"per set, --spec-draft-n-max {args.n_max} ({args.block_n_max} for block drafters), single stream, "
+          f"per set, --spec-draft-n-max {args.n_max} ({args.block_n_max} for block drafters), {args.parallel} slot(s), "
           f"{kernels.threads()} threads\n")
     cols = [(s, t) for t in temps for s in sets]
     head = f"{'method':<22}" + "".join(f" | {s} T={t:g}".ljust(22) for s, t in cols)

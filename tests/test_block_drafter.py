@@ -6,6 +6,8 @@ import shutil
 import pytest
 import torch
 
+from specserve import kernels
+
 from support.block_drafters import DRAFT_ARCHS, write_block_drafter
 from support.models import write_model
 from specserve.errors import IncompatibleDraftError, ModelLoadError
@@ -130,6 +132,45 @@ def test_teacher_forced_markov_equals_sequential_chain(tmp_path, target_dir, tar
                 assert torch.allclose(one.logits[0], chain.logits[s], atol=1e-5)
         greedy = run_block_chain(base, anchors, drafter.markov_head)
         assert torch.equal(greedy.tokens, greedy.logits.argmax(-1))          # T=0: argmax of the biased logits
+
+
+@pytest.mark.skipif(kernels.requested() == "torch", reason="SPECSERVE_KERNELS=torch")
+@pytest.mark.parametrize("layout", [ANCHOR_FIRST, BONUS_ANCHOR])
+def test_native_draft_call_equals_the_pytorch_pipeline(tmp_path, target_dir, layout):
+    """One native call (layers, lm_head, Markov chain) gives the drafts, logits and rows of the PyTorch
+    pipeline forward_cached -> lm_head -> run_block_chain, greedy and sampled, for slots with context."""
+    d = write_block_drafter(tmp_path / "d", target_dir, "specserve", block_size=6, layout=layout, **DSPARK)
+    with torch.no_grad():       # round the Markov head to bfloat16 values: the kernel reads W2 in bfloat16
+        native = load_block_drafter(d, CausalLM.from_pretrained(target_dir))
+        native.markov_head.markov_w2.weight.copy_(native.markov_head.markov_w2.weight.bfloat16().float())
+    kernels.configure(kernels="torch")
+    try:
+        reference = load_block_drafter(d, CausalLM.from_pretrained(target_dir))
+        reference.load_state_dict(native.state_dict())
+        ref_cache = reference.new_cache(3, 64)
+    finally:
+        kernels.configure(kernels="auto")
+    cache = native.new_cache(3, 64)
+    assert native.native is not None and reference.native is None
+    gen = torch.Generator().manual_seed(0)
+    n = native.config.max_drafts
+    feats = torch.randn(20, 3 * native.cfg.hidden_size, generator=gen)
+    ctx_slots, ctx_pos = torch.tensor([0] * 12 + [2] * 8), torch.cat([torch.arange(12), torch.arange(8)])
+    pos0, slots = torch.tensor([12, 8]), [0, 2]
+    block = torch.full((2, native.block_rows_for(n)), 1)
+    block[:, 0] = anchors = torch.tensor([7, 30])
+    with torch.inference_mode():
+        for temps, noise in ((None, None), (torch.tensor([0.8, 1.3]), gumbel_noise([gen, gen], [True, True], n, 320))):
+            for c in (cache, ref_cache):
+                c.lengths = [0, 0, 0]
+            rows, tokens, logits = native.draft_native(cache, feats, ctx_slots, ctx_pos, slots, pos0, block, n,
+                                                       anchors, True, temps, noise)
+            ref_rows = reference.draft_rows(reference.forward_cached(ref_cache, feats, ctx_slots, ctx_pos, slots, pos0,
+                                                                     block))
+            chain = run_block_chain(reference.logits(ref_rows), anchors, reference.markov_head, temps, noise)
+            torch.testing.assert_close(rows, ref_rows.float(), atol=2e-4, rtol=1e-4)
+            torch.testing.assert_close(logits, chain.logits, atol=2e-3, rtol=1e-4)
+            assert torch.equal(tokens, chain.tokens)
 
 
 def test_chain_samples_from_q(tmp_path, target_dir, target):

@@ -41,6 +41,14 @@ class Step(ctypes.Structure):
                 ("logits", c_void_p), ("argmax", c_void_p), ("final_hidden", c_void_p)]
 
 
+class BlockDraft(ctypes.Structure):
+    _fields_ = [("n_ctx", c_int64), ("ctx_feats", c_void_p), ("fc", Weight), ("hidden_norm", c_void_p),
+                ("n_slots", c_int64), ("n_block", c_int64), ("block_tokens", c_void_p), ("attn", Attention),
+                ("hidden_out", c_void_p), ("first_draft_row", c_int64), ("n_draft", c_int64), ("logits", c_void_p),
+                ("tokens", c_void_p), ("w2t", c_void_p), ("w1", c_void_p), ("rank", c_int64), ("anchors", c_void_p),
+                ("temperature", c_void_p), ("noise", c_void_p)]
+
+
 _SIGNATURES = {
     "ss_version": (c_int32, []),
     "ss_features": (c_int32, []),
@@ -57,6 +65,7 @@ _SIGNATURES = {
     "ss_model_forward": (c_int32, [POINTER(Model), POINTER(Step)]),
     "ss_sampling_probs": (None, [c_void_p, c_int64, c_int64, c_int32, c_float, c_float, c_float, c_void_p]),
     "ss_sample": (None, [c_void_p, c_int64, c_int64, c_void_p, c_void_p]),
+    "ss_block_draft_forward": (c_int32, [POINTER(Model), POINTER(BlockDraft)]),
 }
 ABI_VERSION = 1
 

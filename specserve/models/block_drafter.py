@@ -17,11 +17,13 @@ The optional DSpark heads (Markov bias, confidence) are plain modules used by sp
 """
 from __future__ import annotations
 
+import ctypes
 import json
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
@@ -34,10 +36,11 @@ from .kv_cache import KVCache
 from .loader import parse_dtype
 from .rope import RotaryEmbedding, apply_rope
 from .step_batch import KEY_BLOCK
-from ..kernels import use_native_kernels
+from ..kernels import capi, library, use_native_kernels
 from ..kernels.packed import PackedLinear
 from .native_decoder import NativeLayers, attention_rows
-from .transformer import ACTIVATIONS, DecoderLayer, RMSNorm, ServingWeights, linear, rms_norm
+from .native_block_chain import NativeChain
+from .transformer import ACTIVATIONS, DecoderLayer, RMSNorm, ServingWeights, float32_copy, linear, rms_norm
 
 
 class MarkovHead(nn.Module):
@@ -50,6 +53,23 @@ class MarkovHead(nn.Module):
 
     def forward(self, prev_tokens: torch.Tensor) -> torch.Tensor:
         return self.markov_w2(self.markov_w1(prev_tokens))
+
+    def serving_weights(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """float32 W1 [V, r] and W2^T [r, V], converted once per weight version."""
+        w1, w2 = self.markov_w1.weight, self.markov_w2.weight
+        key = (w1.data_ptr(), w1._version, w2.data_ptr(), w2._version)
+        cached = getattr(self, "_serving_cache", None)
+        if cached is None or cached[0] != key:
+            w2t = w2.detach().float().t().contiguous()
+            # the native chain reads W2^T in bfloat16: it is bound by moving W2 through the vector units
+            cached = (key, w1.detach().float(), w2t, w2t.bfloat16())
+            self._serving_cache = cached
+        return cached[1], cached[2]
+
+    def native_weights(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """float32 W1 and bfloat16 W2^T for the native chain (kernels/native/block_draft.cpp)."""
+        self.serving_weights()
+        return self._serving_cache[1], self._serving_cache[3]
 
 
 class ConfidenceHead(nn.Module):
@@ -171,7 +191,10 @@ class BlockDrafter(nn.Module):
         """Context K/V per slot (float32, like the target's), with room for one block past max_ctx."""
         cfg = self.cfg
         if self.native is None and use_native_kernels(self.device, self.quant):
+            target = self.target_ref[0]
+            target.prepare_native()
             self.native = NativeLayers(self.layers, cfg, self.quant)
+            self.native.set_io(self.shared.embed, self.norm.weight, target.native.head)
             self.packed_fc = PackedLinear(self.fc.weight, None, self.quant)
         if self.serving is None and self.native is None:
             self.serving = [layer.serving_weights(cfg) for layer in self.layers]
@@ -248,28 +271,46 @@ class BlockDrafter(nn.Module):
             x = x + linear(self.act(gate) * up, w.down_w, w.down_b)
         return rms_norm(x, self.norm.weight, eps).view(n_slots, nb, -1)
 
-    def _forward_native(self, cache, ctx_feats, ctx_slots, ctx_positions, slots, pos0, block_tokens):
-        """forward_cached on the native kernels: context rows go in as key/value-only prefix rows."""
-        eps, (n_slots, nb) = self.cfg.rms_norm_eps, block_tokens.shape
-        slot_t = torch.as_tensor(slots, dtype=torch.int64)
-        positions = (pos0.unsqueeze(1) + torch.arange(nb)).reshape(-1)
-        row_slots = slot_t.repeat_interleave(nb)
-        key_len = (pos0 + nb).repeat_interleave(nb)        # every block row sees the whole block
-        ctx = None
-        if ctx_feats is not None and ctx_feats.shape[0]:
-            ctx = rms_norm(self.packed_fc(ctx_feats), self.hidden_norm.weight, eps)
-            positions = torch.cat([ctx_positions, positions])
-            row_slots = torch.cat([ctx_slots, row_slots])
-            key_len = torch.cat([torch.zeros_like(ctx_positions), key_len])
+    def _forward_native(self, cache, ctx_feats, ctx_slots, ctx_positions, slots, pos0, block_tokens,
+                        chain: "NativeChain | None" = None) -> torch.Tensor:
+        """forward_cached in one native call (kernels/native/block_draft.cpp): context rows go in as
+        key/value-only prefix rows. With `chain`, the same call also runs the lm_head over the draft
+        rows and picks the drafts into it. Row indices are built in numpy (small torch ops cost µs)."""
+        n_slots, nb = block_tokens.shape
+        starts = pos0.numpy()
+        positions = (starts[:, None] + np.arange(nb)).reshape(-1)
+        row_slots = np.repeat(np.asarray(slots, dtype=np.int64), nb)
+        key_len = np.repeat(starts + nb, nb)            # every block row sees the whole block
+        n_ctx = 0 if ctx_feats is None else ctx_feats.shape[0]
+        if n_ctx:
+            positions = np.concatenate([ctx_positions.numpy(), positions])
+            row_slots = np.concatenate([ctx_slots.numpy(), row_slots])
+            key_len = np.concatenate([np.zeros(n_ctx, dtype=np.int64), key_len])
+            ctx_feats = ctx_feats.float().contiguous()
+        positions, row_slots, key_len = (torch.from_numpy(a) for a in (positions, row_slots, key_len))
         rope_rows = None
-        if self._rope(int(positions.max()) + 1).rope_type == "dynamic":
+        if self._rope(int(starts.max()) + nb).rope_type == "dynamic":
             rope_rows = self._cos_sin(positions)
+        block_tokens = block_tokens.contiguous()
         keep: list = []
         attn = attention_rows(self.rope, row_slots, positions, key_len, cache, keep, rope_rows)
-        x = F.embedding(block_tokens.reshape(-1), self.shared.embed).float()
-        for index in range(len(self.native.layers)):
-            self.native.layer(index, x, attn, prefix_input=ctx)
-        return rms_norm(x, self.norm.weight, eps).view(n_slots, nb, -1)
+        hidden = torch.empty(n_slots * nb, self.cfg.hidden_size, dtype=torch.float32)
+        step = capi.BlockDraft(n_ctx, ctx_feats.data_ptr() if n_ctx else None, self.packed_fc.struct,
+                               float32_copy(self.hidden_norm.weight).data_ptr(), n_slots, nb, block_tokens.data_ptr(),
+                               attn, hidden.data_ptr())
+        if chain is not None:
+            chain.fill(step, 0 if self.config.layout == ANCHOR_FIRST else 1)
+        library().ss_block_draft_forward(self.native.model_ref, ctypes.byref(step))
+        return hidden.view(n_slots, nb, -1)
+
+    def draft_native(self, cache, ctx_feats, ctx_slots, ctx_positions, slots, pos0, block_tokens, n_draft: int,
+                     anchors: torch.Tensor, markov: bool, temperatures=None, noise=None):
+        """The whole draft in one native call: (final-normed draft rows [S, n, H], tokens [S, n], logits
+        [S, n, V] after the Markov bias)."""
+        chain = NativeChain(len(slots), n_draft, self.shared.lm_head.shape[0], anchors,
+                            self.markov_head if markov else None, temperatures, noise)
+        hidden = self._forward_native(cache, ctx_feats, ctx_slots, ctx_positions, slots, pos0, block_tokens, chain)
+        return self.draft_rows(hidden)[:, :n_draft], chain.tokens, chain.logits
 
     # ------------------------------------------------------------------ training forward
     def forward_train(self, ctx_feats: torch.Tensor, anchors: torch.Tensor, block_tokens: torch.Tensor,

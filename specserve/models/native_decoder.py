@@ -70,12 +70,15 @@ class NativeLayers:
                                 ctypes.cast(self.layers, ctypes.POINTER(capi.Layer)))
         self.model_ref = ctypes.byref(self.model)
 
-    def set_io(self, embed: torch.Tensor, final_norm: torch.Tensor, head_weight: torch.Tensor,
+    def set_io(self, embed: torch.Tensor, final_norm: torch.Tensor, head: torch.Tensor | PackedLinear,
                quant: str | None = None) -> None:
+        """The embedding, final norm and lm_head of the C model; `head` a weight to pack, or one already
+        packed (a block drafter uses the target's)."""
         embed = embed.detach().contiguous()
         if embed.dtype not in (torch.float32, torch.bfloat16):
             embed = embed.float()
-        head = PackedLinear(head_weight, None, quant)
+        if not isinstance(head, PackedLinear):
+            head = PackedLinear(head, None, quant)
         final_norm = _f32(final_norm)
         self.keep += [embed, head, final_norm]
         self.head = head
@@ -83,7 +86,7 @@ class NativeLayers:
         self.model.embed_type = capi.W_BF16 if embed.dtype == torch.bfloat16 else capi.W_F32
         self.model.final_norm = final_norm.data_ptr()
         self.model.head = head.struct
-        self.model.vocab = head_weight.shape[0]
+        self.model.vocab = head.out_features
 
     @property
     def nbytes(self) -> int:
@@ -99,6 +102,14 @@ class NativeLayers:
         prefix = 0 if prefix_input is None else prefix_input.shape[0]
         library().ss_layer_forward(self.model_ref, index, x.data_ptr(), x.shape[0], _ptr(input), prefix,
                                    _ptr(prefix_input), ctypes.byref(attn))
+
+
+def rms_norm_rows(x: torch.Tensor, weight: torch.Tensor | None, eps: float) -> torch.Tensor:
+    """rms_norm over float32 rows [n, dim] with a float32 weight (or none), in one kernel call."""
+    x = x.contiguous()
+    out = torch.empty_like(x)
+    library().ss_rms_norm(x.data_ptr(), _ptr(weight), out.data_ptr(), x.shape[0], x.shape[-1], eps)
+    return out
 
 
 def attention_rows(rope: RotaryEmbedding, row_slots: torch.Tensor, positions: torch.Tensor,

@@ -28,7 +28,7 @@ from ..option import Option, read_options
 from .base import Draft, DraftRequest, Proposer, ProposerContext, TargetBatch
 from .confidence_schedule import confident_prefix_lengths
 from .draft_options import draft_settings
-from .markov_chain import gumbel_noise, run_block_chain
+from .markov_chain import BlockChain, gumbel_noise, run_block_chain, teacher_prev_tokens
 
 log = logging.getLogger("specserve.speculative")
 
@@ -151,6 +151,7 @@ class DFlash(Proposer):
 
     # ------------------------------------------------------------------ drafting
     def draft(self, requests: list[DraftRequest]) -> dict[int, Draft]:
+        # index arrays are built in numpy: a draft call is short, and small torch ops cost several µs each
         reqs, ctx_rows, ctx_slots, ctx_pos = [], [], [], []
         for req in requests:
             chunks = self._new_context(req)
@@ -158,34 +159,42 @@ class DFlash(Proposer):
                 continue
             for pos0, rows in chunks:
                 ctx_rows.append(rows)
-                ctx_slots.append(torch.full((rows.shape[0],), req.slot, dtype=torch.int64))
-                ctx_pos.append(torch.arange(pos0, pos0 + rows.shape[0], dtype=torch.int64))
+                ctx_slots.append(np.full(rows.shape[0], req.slot, dtype=np.int64))
+                ctx_pos.append(np.arange(pos0, pos0 + rows.shape[0], dtype=np.int64))
             reqs.append(req)
         if not reqs:
             return {}
         drafter, device = self.drafter, self.drafter.device
         n_block = drafter.block_rows_for(self.n_draft)
-        anchors = torch.tensor([r.id_last for r in reqs], dtype=torch.int64, device=device)
-        block = torch.full((len(reqs), n_block), self.mask_token_id, dtype=torch.int64, device=device)
-        block[:, 0] = anchors
-        pos0 = torch.tensor([r.pos0 for r in reqs], dtype=torch.int64, device=device)
+        anchor_ids = np.array([r.id_last for r in reqs], dtype=np.int64)
+        block = np.full((len(reqs), n_block), self.mask_token_id, dtype=np.int64)
+        block[:, 0] = anchor_ids
+        anchors = torch.from_numpy(anchor_ids).to(device)
+        pos0 = torch.from_numpy(np.array([r.pos0 for r in reqs], dtype=np.int64)).to(device)
         have_ctx = bool(ctx_rows)
-        hidden = drafter.forward_cached(
-            self.cache, torch.cat(ctx_rows) if have_ctx else None,
-            torch.cat(ctx_slots).to(device) if have_ctx else None,
-            torch.cat(ctx_pos).to(device) if have_ctx else None, [r.slot for r in reqs], pos0, block)
+        context = ((ctx_rows[0] if len(ctx_rows) == 1 else torch.cat(ctx_rows)) if have_ctx else None,
+                   torch.from_numpy(np.concatenate(ctx_slots)).to(device) if have_ctx else None,
+                   torch.from_numpy(np.concatenate(ctx_pos)).to(device) if have_ctx else None)
+        slots, block = [r.slot for r in reqs], torch.from_numpy(block).to(device)
+        sampling = [self._samples(r) for r in reqs]
+        temps = noise = None
+        if any(sampling):
+            temps = torch.tensor([r.temperature if s else 0.0 for r, s in zip(reqs, sampling)], device=device)
+            noise = gumbel_noise([r.generator for r in reqs], sampling, self.n_draft, drafter.shared.lm_head.shape[0],
+                                 device)
+        markov = drafter.markov_head if self.uses_markov else None
+        if drafter.native is not None:      # one native call: layers, lm_head and chain
+            rows, tokens, logits = drafter.draft_native(self.cache, *context, slots, pos0, block, self.n_draft,
+                                                        anchors, markov is not None, temps, noise)
+            chain = BlockChain(tokens, teacher_prev_tokens(anchors, tokens), logits)
+        else:
+            rows = drafter.draft_rows(drafter.forward_cached(self.cache, *context, slots, pos0, block))
+            chain = run_block_chain(drafter.logits(rows), anchors, markov, temps, noise)
         for r in reqs:     # context committed up to the anchor; the block's rows are dropped (the crop)
             self.cache.lengths[r.slot] = r.pos0
             self.slots[r.slot].pending = []
-
-        rows = drafter.draft_rows(hidden)                        # [S, n, H]
-        base = drafter.logits(rows)                              # [S, n, V] float32
-        sampling = [self._samples(r) for r in reqs]
-        temps = torch.tensor([r.temperature if s else 0.0 for r, s in zip(reqs, sampling)], device=device)
-        noise = gumbel_noise([r.generator for r in reqs], sampling, self.n_draft, base.shape[-1], device)
-        chain = run_block_chain(base, anchors, drafter.markov_head if self.uses_markov else None, temps, noise)
         lengths = np.full(len(reqs), self.n_draft, dtype=np.int64)
-        confidence = self._confidence(rows, chain, base)
+        confidence = self._confidence(rows, chain)
         lengths = self._choose_lengths(reqs, lengths, confidence)
 
         tokens = chain.tokens.tolist()
@@ -209,11 +218,11 @@ class DFlash(Proposer):
             return self.uses_markov
         return self.sample_mode == "sample"
 
-    def _confidence(self, rows: torch.Tensor, chain, base_logits: torch.Tensor) -> np.ndarray | None:
+    def _confidence(self, rows: torch.Tensor, chain) -> np.ndarray | None:
         """DFlash: the draft's top probability per position (temperature 1), used by p_min."""
         if self.p_min <= 0:
             return None
-        return torch.softmax(base_logits, dim=-1).amax(dim=-1).cpu().numpy()
+        return torch.softmax(chain.logits, dim=-1).amax(dim=-1).cpu().numpy()
 
     def _choose_lengths(self, reqs, lengths: np.ndarray, confidence: np.ndarray | None) -> np.ndarray:
         if confidence is not None and self.p_min > 0:

@@ -46,6 +46,11 @@ def pick_tokens(logits: torch.Tensor, requests: list[DraftRequest], settings: Si
                 id_map: torch.Tensor | None, vocab_size: int):
     """Top-10 pick per row. Returns (target token ids [S], top-1 probability [S], q rows or None per row)."""
     logits = logits.float()
+    if settings.p_min <= 0 and not (settings.sample and any(r.temperature > 0 for r in requests)):
+        chosen = logits.argmax(dim=-1)        # nothing reads the probabilities: skip the top-10 softmax
+        if id_map is not None:
+            chosen = id_map[chosen]
+        return chosen.tolist(), [1.0] * len(requests), [None] * len(requests)
     k = min(TOP_K, logits.shape[-1])
     values, ids = torch.topk(logits, k, dim=-1)
     probs = torch.softmax(values, dim=-1)

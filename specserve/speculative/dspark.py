@@ -40,7 +40,7 @@ class DSpark(DFlash):
             raise OptionError(f"--spec-dspark-schedule needs a confidence head, and the DSpark draft "
                               f"{self.ctx.draft_model_dir} has none (--spec-schedule estimates from history)")
 
-    def _confidence(self, rows: torch.Tensor, chain, base_logits: torch.Tensor) -> np.ndarray | None:
+    def _confidence(self, rows: torch.Tensor, chain) -> np.ndarray | None:
         if self.drafter.confidence_head is None or (self.p_min <= 0 and not self.schedule):
             return None
         return torch.sigmoid(self.drafter.confidence_logits(rows, chain.prev).float()).cpu().numpy()

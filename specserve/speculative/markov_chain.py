@@ -6,7 +6,8 @@ known, so the chain loops over the n block positions, but each step is one batch
 over all slots. At temperature 0 a slot takes the argmax; at T > 0 it samples from
 softmax(logits'_k / T) with its own generator (Gumbel-max with noise drawn per slot), and the
 chain conditions on the SAMPLED token, so q_k is exactly the distribution draft k came from.
-Without a Markov head (DFlash) every position is independent and the chain is one step.
+Without a Markov head (DFlash) every position is independent and the chain is one step. On the
+native kernels the chain runs inside the drafter's one native call (kernels/native/block_draft.cpp).
 Training uses the teacher-forced form (prev = ground truth), equal to the chain when the
 drafts equal the teacher tokens.
 """
@@ -15,6 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
+
 
 
 @dataclass
@@ -39,17 +41,6 @@ def gumbel_noise(generators: list[torch.Generator | None], sampling: list[bool],
     return torch.stack(rows).to(device)
 
 
-def _serving_weights(markov_head) -> tuple[torch.Tensor, torch.Tensor]:
-    """float32 W1 and a contiguous W2^T for one fused add-matmul per position (cached per weight version)."""
-    w1, w2 = markov_head.markov_w1.weight, markov_head.markov_w2.weight
-    key = (w1.data_ptr(), w1._version, w2.data_ptr(), w2._version)
-    cached = getattr(markov_head, "_serving_cache", None)
-    if cached is None or cached[0] != key:
-        cached = (key, w1.detach().float(), w2.detach().float().t().contiguous())
-        markov_head._serving_cache = cached
-    return cached[1], cached[2]
-
-
 def run_block_chain(base_logits: torch.Tensor, anchors: torch.Tensor, markov_head=None,
                     temperatures: torch.Tensor | None = None, noise: torch.Tensor | None = None) -> BlockChain:
     """base_logits [S, n, V] float32; anchors [S]; temperatures [S] (<= 0: greedy); noise from gumbel_noise."""
@@ -70,7 +61,7 @@ def run_block_chain(base_logits: torch.Tensor, anchors: torch.Tensor, markov_hea
             tokens = (base_logits / scale.unsqueeze(-1) + noise).argmax(dim=-1)
         prev = torch.cat([anchors.view(-1, 1), tokens[:, :-1]], dim=1)
         return BlockChain(tokens, prev, base_logits)
-    w1, w2t = _serving_weights(markov_head)
+    w1, w2t = markov_head.serving_weights()
     tokens = torch.empty(n, n_slots, dtype=torch.int64, device=base_logits.device)
     logits = torch.empty(n, n_slots, base_logits.shape[-1], dtype=torch.float32, device=base_logits.device)
     base_by_pos = base_logits.float().transpose(0, 1)

@@ -65,7 +65,10 @@ def acceptance_estimates(accept: torch.Tensor, match: torch.Tensor, valid: torch
     per_pos = (accept * valid_f).sum(dim=tuple(range(valid.dim() - 1))) / valid_f.sum(
         dim=tuple(range(valid.dim() - 1))).clamp_min(1)
     full = valid.all(dim=-1)
-    out = {f"accept_rate@{k}": float(per_pos[k]) for k in range(n)}
+    matched = (match * valid_f).sum(dim=tuple(range(valid.dim() - 1))) / valid_f.sum(
+        dim=tuple(range(valid.dim() - 1))).clamp_min(1)
+    out = {f"accept_rate@{k}": float(per_pos[k]) for k in range(n)}          # T=1: P(rejection sampling accepts)
+    out.update({f"match_rate@{k}": float(matched[k]) for k in range(n)})     # T=0: draft argmax == target argmax
     if full.any():
         out["tau_prob"] = 1 + float(accept[full].cumprod(dim=-1).sum(dim=-1).mean())
         out["tau_greedy"] = 1 + float(match[full].cumprod(dim=-1).sum(dim=-1).mean())

@@ -275,6 +275,15 @@ class BlockTrainer:
         self.model.train()
         return {k: sums[k] / counts[k] for k in sums}
 
+    def _logged_seconds(self) -> float:
+        """The training time train_log.jsonl recorded last (runs before a resume)."""
+        seconds = 0.0
+        path = self.out / "train_log.jsonl"
+        if path.is_file():
+            for line in path.read_text(encoding="utf-8").splitlines():
+                seconds = json.loads(line).get("elapsed_s", seconds)
+        return seconds
+
     def _log(self, record: dict) -> None:
         self.out.mkdir(parents=True, exist_ok=True)
         with open(self.out / "train_log.jsonl", "a", encoding="utf-8") as f:
@@ -286,7 +295,7 @@ class BlockTrainer:
         cfg = self.cfg
         resumed = self.maybe_resume()
         self.model.train()
-        t0 = time.perf_counter()
+        t0 = time.perf_counter() - (self._logged_seconds() if resumed else 0.0)     # wall time over every run
         running: dict[str, float] = {}
         bar = tqdm(total=cfg.steps, initial=self.step, disable=not self.progress, desc=f"train {cfg.method}",
                    dynamic_ncols=True)
@@ -330,7 +339,7 @@ class BlockTrainer:
     def export(self, evaluation: dict, seconds: float) -> Path:
         n_tokens = sum(len(s.tokens) for s in self.train_set)
         summary = {"config": asdict(self.cfg), "eval": evaluation, "train_samples": len(self.train_set),
-                   "train_tokens": n_tokens, "eval_samples": len(self.eval_set), "wall_seconds_last_run": seconds}
+                   "train_tokens": n_tokens, "eval_samples": len(self.eval_set), "wall_seconds": seconds}
         save_block_drafter(self.model, self.out, torch.bfloat16, tokenizer_from=self.cfg.target_dir)
         (self.out / "training.json").write_text(json.dumps(summary, indent=2) + "\n")
         (self.out / "README.md").write_text(model_card(self.model, summary), encoding="utf-8")
@@ -341,7 +350,9 @@ def model_card(model: BlockDrafter, summary: dict) -> str:
     cfg, shape, ev = summary["config"], model.config, summary["eval"]
     n_params = sum(p.numel() for p in model.parameters())
     name = "DSpark" if shape.markov_rank else "DFlash"
-    rates = ", ".join(f"{ev[f'accept_rate@{k}']:.3f}" for k in range(shape.max_drafts) if f"accept_rate@{k}" in ev)
+    def per_position(key: str) -> str:
+        return ", ".join(f"{ev[f'{key}@{k}']:.3f}" for k in range(shape.max_drafts) if f"{key}@{k}" in ev)
+    minutes = summary.get("wall_seconds", 0.0) / 60
     return f"""# {name} drafter for `{Path(cfg['target_dir']).name}`
 
 A {name} block drafter (`--spec-type draft-{name.lower()}`) trained by `specserve train-draft` for the
@@ -357,11 +368,12 @@ target `{cfg['target_dir']}`. DeepSpec format, anchor-first layout: one draft fo
 | mask token id | {shape.mask_token_id} |
 | parameters | {n_params / 1e6:.2f} M (the embedding and lm_head are the target's and are not stored) |
 | training data | {summary['train_samples']} target-regenerated samples ({summary['train_tokens']} tokens), {summary['eval_samples']} held out |
-| training | {cfg['steps']} steps x {cfg['batch_size']} sequences (max {cfg['max_len']} tokens, {cfg['anchors']} anchors each), AdamW lr {cfg['lr']}, warmup {cfg['warmup']}, cosine, clip {cfg['clip']}, gamma {cfg['gamma']} |
+| training | {cfg['steps']} steps x {cfg['batch_size']} sequences (max {cfg['max_len']} tokens, {cfg['anchors']} anchors each), AdamW lr {cfg['lr']}, warmup {cfg['warmup']}, cosine, clip {cfg['clip']}, gamma {cfg['gamma']}; {minutes:.0f} minutes with {cfg['threads'] or 'all'} thread(s) |
 | loss | {"0.1 CE + 0.9 L1 + 1.0 confidence BCE" if name == "DSpark" else "CE"}, position-decayed |
 
-Held-out estimates after training: accept rate per position ({rates});
-tau at T=1 (probabilistic) {ev.get('tau_prob', float('nan')):.3f}; tau at T=0 (teacher-forced greedy) {ev.get('tau_greedy', float('nan')):.3f}.
+Held-out estimates after training, per block position given the positions before it are right:
+- T=0 (the draft's argmax is the target's): {per_position('match_rate')}; tau {ev.get('tau_greedy', float('nan')):.3f};
+- T=1 (rejection sampling accepts, 1 - TV distance): {per_position('accept_rate')}; tau {ev.get('tau_prob', float('nan')):.3f}.
 
 Command:
 

@@ -76,6 +76,37 @@ void weighted_values(const float* p, const typename Kv<VT>::elem* values, int64_
     }
 }
 
+#ifdef SS_AVX512
+// out[u] = sum_j p[u][j] * values[j] for U units in ONE pass over the values (each value row is
+// loaded once for all units). Per unit one accumulator per 16 lanes, keys in order: a unit's
+// arithmetic does not depend on which units share the pass (batch invariance); units with fewer
+// keys than n have zero weights past their own (adding 0 * v changes nothing).
+template <int VT, int U>
+void weighted_values_units(const float* p, int64_t stride, const typename Kv<VT>::elem* values, int64_t n,
+                           int64_t d, float* const* out) {
+    const int64_t chunks = (d + 15) / 16;
+    __m512 acc[U][8];
+    for (int u = 0; u < U; u++)
+        for (int c = 0; c < 8; c++) acc[u][c] = _mm512_setzero_ps();
+    for (int64_t j = 0; j < n; j++) {
+        const auto* v = values + j * d;
+        for (int64_t c = 0; c < chunks; c++) {
+            const __m512 vc = Kv<VT>::load(tail_mask(d - c * 16), v + c * 16);
+#pragma GCC unroll 4
+            for (int u = 0; u < U; u++) acc[u][c] = _mm512_fmadd_ps(_mm512_set1_ps(p[u * stride + j]), vc, acc[u][c]);
+        }
+    }
+    for (int u = 0; u < U; u++)
+        for (int64_t c = 0; c < chunks; c++) _mm512_mask_storeu_ps(out[u] + c * 16, tail_mask(d - c * 16), acc[u][c]);
+}
+
+typedef void (*WeightedFn)(const float*, int64_t, const void*, int64_t, int64_t, float* const*);
+template <int VT, int U>
+void weighted_erased(const float* p, int64_t stride, const void* values, int64_t n, int64_t d, float* const* out) {
+    weighted_values_units<VT, U>(p, stride, static_cast<const typename Kv<VT>::elem*>(values), n, d, out);
+}
+#endif
+
 // scores of U units for n_blocks key blocks: per unit two accumulators (even and odd i) over the head dim
 template <int KT, int U>
 void score_blocks(const AttentionTile& t, float* scores, int64_t stride, int64_t n_blocks, float scale) {
@@ -142,6 +173,28 @@ void attend_typed(const AttentionTile& t) {
     float* scores = scores_buf.data();
     ScoreTable<KT>::fns[t.n_units - 1](t, scores, stride, n_blocks, 1.0f / std::sqrt((float)d));
     const auto* values = static_cast<const typename Kv<VT>::elem*>(t.values);
+#ifdef SS_AVX512
+    if (d <= 128) {       // the units share passes over the values, 4 (d <= 64) or 2 at a time
+        static constexpr WeightedFn kUnits[4] = {weighted_erased<VT, 1>, weighted_erased<VT, 2>,
+                                                 weighted_erased<VT, 3>, weighted_erased<VT, 4>};
+        float inv[kMaxUnits];
+        for (int u = 0; u < t.n_units; u++) {
+            float* s = scores + u * stride;
+            inv[u] = 1.0f / softmax_numerators(s, t.n_keys[u]);
+            std::fill(s + t.n_keys[u], s + max_keys, 0.0f);
+        }
+        const int group = d <= 64 ? 4 : 2;
+        for (int u0 = 0; u0 < t.n_units; u0 += group) {
+            const int n_group = std::min(group, t.n_units - u0);
+            int64_t n = 0;
+            for (int u = u0; u < u0 + n_group; u++) n = std::max(n, t.n_keys[u]);
+            kUnits[n_group - 1](scores + u0 * stride, stride, t.values, n, d, t.out + u0);
+        }
+        for (int u = 0; u < t.n_units; u++)
+            for (int64_t i = 0; i < d; i++) t.out[u][i] *= inv[u];
+        return;
+    }
+#endif
     for (int u = 0; u < t.n_units; u++) {
         float* s = scores + u * stride;
         const int64_t n = t.n_keys[u];

@@ -69,6 +69,13 @@ Scratch& thread_scratch() {
     return s;
 }
 
+void copy_taps(const ss_step& step, int layer, const float* x, int64_t bytes) {
+    for (int32_t i = 0; i < step.n_taps; i++)
+        if (step.tap_layers[i] == layer) std::memcpy(step.tap_out[i], x, bytes);
+}
+
+}  // namespace
+
 void layer_forward(const ss_model& m, int layer, float* x, int64_t n, const float* input, int64_t prefix,
                    const float* prefix_input, const ss_attn& a) {
     const ss_layer& w = m.layers[layer];
@@ -107,12 +114,6 @@ void embed_rows(const ss_model& m, const int64_t* tokens, int64_t n, float* x) {
     }
 }
 
-void copy_taps(const ss_step& step, int layer, const float* x, int64_t bytes) {
-    for (int32_t i = 0; i < step.n_taps; i++)
-        if (step.tap_layers[i] == layer) std::memcpy(step.tap_out[i], x, bytes);
-}
-
-}  // namespace
 }  // namespace ss
 
 extern "C" {

@@ -90,6 +90,33 @@ void ss_sampling_probs(const float* logits, int64_t n_rows, int64_t vocab, int32
                        float temperature, float* probs);
 // tokens[r]: a draw from row r of probs given uniforms[r] in [0, 1)
 void ss_sample(const float* probs, int64_t n_rows, int64_t vocab, const double* uniforms, int64_t* tokens);
+// A block drafter's whole draft (DFlash / DSpark): the context rows through fc and its norm, then
+// the block rows (embedded with m's embedding, the target's) through every layer, attending to the
+// context rows as key/value-only prefix rows; the final-normed block rows go to hidden_out. With
+// logits set, the draft rows (from first_draft_row of each block) also go through m's head (the
+// target's lm_head) and the chain picks the drafts: logits[s, k] += W2 · w1[prev] when w2t is set
+// (prev = anchors[s], then draft k-1), then tokens[s, k] = argmax, or with noise and temperature[s] > 0
+// argmax(logits / T + noise) (a Gumbel-max draw from softmax(logits / T)).
+struct ss_block_draft {
+    int64_t n_ctx;
+    const float* ctx_feats;       // [n_ctx, fc.k]
+    ss_weight fc;
+    const float* hidden_norm;     // [hidden]
+    int64_t n_slots, n_block;
+    const int64_t* block_tokens;  // [n_slots * n_block]
+    ss_attn attn;                 // the n_ctx context rows first, then the block rows
+    float* hidden_out;            // [n_slots * n_block, hidden]
+    int64_t first_draft_row, n_draft;
+    float* logits;                // [n_slots, n_draft, vocab] or null (then nothing below is read)
+    int64_t* tokens;              // [n_slots, n_draft]
+    const uint16_t* w2t;          // [rank, vocab] bf16, or null (no Markov head)
+    const float* w1;              // [vocab, rank]
+    int64_t rank;
+    const int64_t* anchors;       // [n_slots]
+    const float* temperature;     // [n_slots] or null
+    const float* noise;           // [n_slots, n_draft, vocab] or null
+};
+int32_t ss_block_draft_forward(const ss_model* m, const ss_block_draft* d);
 }
 
 namespace ss {
@@ -100,4 +127,7 @@ void attention_layer(const ss_model& m, int layer, float* qkv, int64_t ld_qkv, i
 void rms_norm_rows(const float* x, int64_t ldx, const float* weight, float* out, int64_t ldo, int64_t m,
                    int64_t dim, float eps);
 int64_t argmax(const float* x, int64_t n);
+void layer_forward(const ss_model& m, int layer, float* x, int64_t n, const float* input, int64_t prefix,
+                   const float* prefix_input, const ss_attn& a);
+void embed_rows(const ss_model& m, const int64_t* tokens, int64_t n, float* x);
 }

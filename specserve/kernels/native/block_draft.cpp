@@ -1,0 +1,99 @@
+// A block drafter's draft (DFlash / DSpark) in one call: context rows, the block through every layer,
+// the final norm, the target's lm_head over the draft rows and DSpark's Markov chain. Between native
+// calls a step streams megabytes of weights through the caches, so each small PyTorch operation
+// that used to sit between these pieces ran cold and cost 5-40 µs; together more than the layers.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "kernels.h"
+#include "simd.h"
+
+namespace ss {
+namespace {
+
+#ifdef SS_AVX512
+inline __m512 load_bf16(const uint16_t* p) {
+    const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+}
+#endif
+
+// logits[v] += sum_r feature[r] * w2t[r][v], over r in order for every v; 256 vocabulary entries at a
+// time stay in registers while r runs (16 independent FMA chains, each logit loaded and stored once)
+void add_markov_bias(float* logits, const float* feature, const uint16_t* w2t, int64_t rank, int64_t vocab) {
+    constexpr int kVecs = 16;
+    int64_t v0 = 0;
+#ifdef SS_AVX512
+    for (; v0 + kVecs * 16 <= vocab; v0 += kVecs * 16) {
+        __m512 acc[kVecs];
+        for (int c = 0; c < kVecs; c++) acc[c] = _mm512_loadu_ps(logits + v0 + c * 16);
+        for (int64_t r = 0; r < rank; r++) {
+            const __m512 f = _mm512_set1_ps(feature[r]);
+            const uint16_t* w = w2t + r * vocab + v0;
+#pragma GCC unroll 16
+            for (int c = 0; c < kVecs; c++) acc[c] = _mm512_fmadd_ps(f, load_bf16(w + c * 16), acc[c]);
+        }
+        for (int c = 0; c < kVecs; c++) _mm512_storeu_ps(logits + v0 + c * 16, acc[c]);
+    }
+#endif
+    for (int64_t v = v0; v < vocab; v++) {
+        float acc = logits[v];
+        for (int64_t r = 0; r < rank; r++) acc = std::fma(feature[r], bf16_to_f32(w2t[r * vocab + v]), acc);
+        logits[v] = acc;
+    }
+}
+
+// the drafts of every slot, position by position (draft k-1 conditions position k's Markov bias)
+void pick_drafts(const ss_block_draft& d, int64_t vocab) {
+    std::vector<float> scored(vocab);
+    const int64_t row = d.n_draft * vocab;
+    for (int64_t s = 0; s < d.n_slots; s++) {
+        int64_t prev = d.anchors[s];
+        for (int64_t k = 0; k < d.n_draft; k++) {
+            float* lk = d.logits + s * row + k * vocab;
+            if (d.w2t) add_markov_bias(lk, d.w1 + prev * d.rank, d.w2t, d.rank, vocab);
+            if (d.noise && d.temperature && d.temperature[s] > 0.0f) {
+                const float* g = d.noise + s * row + k * vocab;
+                for (int64_t v = 0; v < vocab; v++) scored[v] = lk[v] / d.temperature[s] + g[v];
+                prev = argmax(scored.data(), vocab);
+            } else {
+                prev = argmax(lk, vocab);
+            }
+            d.tokens[s * d.n_draft + k] = prev;
+        }
+    }
+}
+
+float* grow(std::vector<float>& buf, int64_t n) {
+    if ((int64_t)buf.size() < n) buf.resize(n);
+    return buf.data();
+}
+
+}  // namespace
+}  // namespace ss
+
+extern "C" int32_t ss_block_draft_forward(const ss_model* m, const ss_block_draft* d) {
+    using namespace ss;
+    static thread_local std::vector<float> ctx_buf, x_buf, rows_buf;
+    const int64_t hidden = m->hidden, n = d->n_slots * d->n_block;
+    float* ctx = nullptr;
+    if (d->n_ctx > 0) {         // ctx = hidden_norm(fc(taps)), no input norm (the rows only give keys/values)
+        ctx = grow(ctx_buf, d->n_ctx * hidden);
+        gemm(d->fc, d->ctx_feats, d->n_ctx, d->fc.k, ctx, hidden, SS_OUT_STORE);
+        rms_norm_rows(ctx, hidden, d->hidden_norm, ctx, hidden, d->n_ctx, hidden, m->eps);
+    }
+    float* x = grow(x_buf, n * hidden);
+    embed_rows(*m, d->block_tokens, n, x);
+    for (int32_t l = 0; l < m->n_layers; l++) layer_forward(*m, l, x, n, nullptr, d->n_ctx, ctx, d->attn);
+    rms_norm_rows(x, hidden, m->final_norm, d->hidden_out, hidden, n, hidden, m->eps);
+    if (!d->logits) return 0;
+    float* rows = grow(rows_buf, d->n_slots * d->n_draft * hidden);
+    for (int64_t s = 0; s < d->n_slots; s++)
+        std::memcpy(rows + s * d->n_draft * hidden, d->hidden_out + (s * d->n_block + d->first_draft_row) * hidden,
+                    d->n_draft * hidden * sizeof(float));
+    gemm(m->head, rows, d->n_slots * d->n_draft, hidden, d->logits, m->vocab, SS_OUT_STORE);
+    pick_drafts(*d, m->vocab);
+    return 0;
+}

@@ -1,0 +1,37 @@
+"""The drafting half of a block drafter's native call (kernels/native/block_draft.cpp): the buffers the
+kernel fills with the drafts and their logits, and the inputs of DSpark's Markov chain."""
+from __future__ import annotations
+
+import torch
+
+from ..kernels import capi
+
+
+def _ptr(t: torch.Tensor | None):
+    return None if t is None else t.data_ptr()
+
+
+class NativeChain:
+    """Outputs tokens [S, n] and logits [S, n, V] (Markov-biased when a head is given) of one draft call.
+
+    temperatures [S] and Gumbel noise [S, n, V] (both or neither) make slots with T > 0 sample."""
+
+    def __init__(self, n_slots: int, n_draft: int, vocab: int, anchors: torch.Tensor, markov_head=None,
+                 temperatures: torch.Tensor | None = None, noise: torch.Tensor | None = None):
+        self.n_draft = n_draft
+        self.tokens = torch.empty(n_slots, n_draft, dtype=torch.int64)
+        self.logits = torch.empty(n_slots, n_draft, vocab, dtype=torch.float32)
+        self.anchors = anchors.to(torch.int64).contiguous()
+        self.w1 = self.w2t = None
+        if markov_head is not None:
+            self.w1, self.w2t = markov_head.native_weights()
+        self.temperatures = None if noise is None else temperatures.float().contiguous()
+        self.noise = None if noise is None else noise.float().contiguous()
+
+    def fill(self, step: capi.BlockDraft, first_draft_row: int) -> None:
+        step.first_draft_row, step.n_draft = first_draft_row, self.n_draft
+        step.logits, step.tokens = self.logits.data_ptr(), self.tokens.data_ptr()
+        step.w2t, step.w1 = _ptr(self.w2t), _ptr(self.w1)
+        step.rank = 0 if self.w1 is None else self.w1.shape[1]
+        step.anchors = self.anchors.data_ptr()
+        step.temperature, step.noise = _ptr(self.temperatures), _ptr(self.noise)
