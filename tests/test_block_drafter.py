@@ -1,5 +1,6 @@
 """DFlash / DSpark draft checkpoints: every format loads, the cached serving forward equals the
 training-mask forward, the Markov chain matches its teacher-forced form, and bad pairs fail clearly."""
+import itertools
 import json
 import shutil
 
@@ -160,14 +161,16 @@ def test_native_draft_call_equals_the_pytorch_pipeline(tmp_path, target_dir, lay
     block = torch.full((2, native.block_rows_for(n)), 1)
     block[:, 0] = anchors = torch.tensor([7, 30])
     with torch.inference_mode():
-        for temps, noise in ((None, None), (torch.tensor([0.8, 1.3]), gumbel_noise([gen, gen], [True, True], n, 320))):
+        sampled = (torch.tensor([0.8, 1.3]), gumbel_noise([gen, gen], [True, True], n, 320))
+        for (temps, noise), markov in itertools.product(((None, None), sampled), (True, False)):   # DSpark, DFlash
             for c in (cache, ref_cache):
                 c.lengths = [0, 0, 0]
             rows, tokens, logits = native.draft_native(cache, feats, ctx_slots, ctx_pos, slots, pos0, block, n,
-                                                       anchors, True, temps, noise)
+                                                       anchors, markov, temps, noise)
             ref_rows = reference.draft_rows(reference.forward_cached(ref_cache, feats, ctx_slots, ctx_pos, slots, pos0,
                                                                      block))
-            chain = run_block_chain(reference.logits(ref_rows), anchors, reference.markov_head, temps, noise)
+            chain = run_block_chain(reference.logits(ref_rows), anchors, reference.markov_head if markov else None,
+                                    temps, noise)
             torch.testing.assert_close(rows, ref_rows.float(), atol=2e-4, rtol=1e-4)
             torch.testing.assert_close(logits, chain.logits, atol=2e-3, rtol=1e-4)
             assert torch.equal(tokens, chain.tokens)

@@ -8,7 +8,7 @@ import torch
 
 from support.model_drafters import perturbed_copy
 from support.models import write_model, write_tokenizer
-from specserve import LLM, SamplingParams
+from specserve import LLM, SamplingParams, kernels
 from specserve.errors import IncompatibleDraftError, OptionError
 from specserve.models.tokenizer import Tokenizer
 from specserve.speculative.base import DraftRequest
@@ -127,6 +127,29 @@ def test_greedy_identical_with_and_without_draft_model(tiny_qwen3, near_draft, t
             assert stats["n_gen_tokens"] > 0
             if draft is near_draft:
                 assert 0.3 * stats["n_gen_tokens"] < stats["n_acc_tokens"] < stats["n_gen_tokens"]
+
+
+@pytest.mark.skipif(kernels.requested() == "torch", reason="SPECSERVE_KERNELS=torch")
+def test_one_call_greedy_chain_drafts_what_the_step_loop_drafts(tiny_qwen3, near_draft, monkeypatch):
+    """The greedy chain in one native call and the step-by-step loop give the same drafts (so the same
+    counters), at 1 and 3 slots with per-request caps."""
+    from specserve.speculative.draft_simple import DraftSimple
+    params = SamplingParams(temperature=0, max_tokens=24, ignore_eos=True)
+
+    def run(one_call: bool):
+        monkeypatch.setattr(DraftSimple, "_one_call", lambda self, requests: one_call)
+        counters = []
+        for n_parallel in (1, 3):
+            llm = LLM(tiny_qwen3, spec_type="draft-simple", draft_model=near_draft, n_parallel=n_parallel,
+                      spec_draft_n_max=4)
+            assert llm.engine.driver.proposers[0].model.native is not None
+            outs = llm.generate(PROMPTS, params)
+            stats = llm.engine.driver.stats_dict()["draft-simple"]
+            counters.append(([o.token_ids for o in outs], stats["n_gen_tokens"], stats["n_acc_tokens"],
+                             stats["n_acc_per_pos"]))
+        return counters
+
+    assert run(True) == run(False)
 
 
 @pytest.mark.parametrize("sample", [False, True])

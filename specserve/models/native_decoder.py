@@ -163,8 +163,26 @@ class NativeDecoder:
 
     def forward_step(self, batch: StepBatch, cache: KVCache, taps=(), want_final_hidden: bool = False):
         """ForwardOutput with float32 logits, taps and final hidden state, and each output row's argmax."""
-        n, hidden = batch.n_tokens, self.hidden
         keep: list = []
+        step, out = self._step(batch, cache, taps, want_final_hidden, keep)
+        self.lib.ss_model_forward(self.stack.model_ref, ctypes.byref(step))
+        commit_lengths(batch, cache)
+        return out
+
+    def greedy_chain(self, batch: StepBatch, cache: KVCache, n_more: int) -> torch.Tensor:
+        """Greedy drafts [S, 1 + n_more] in one call: `batch` (output rows: each slot's last row, slot
+        order), then n_more steps that feed each slot's last argmax. The cache lengths include every fed row."""
+        keep: list = []
+        step, _ = self._step(batch, cache, (), False, keep)
+        drafts = torch.empty(batch.output_rows.shape[0], 1 + n_more, dtype=torch.int64)
+        self.lib.ss_model_greedy_chain(self.stack.model_ref, ctypes.byref(step), n_more, drafts.data_ptr())
+        for seg in batch.segments:
+            cache.lengths[seg.slot] = seg.pos0 + seg.n_rows + n_more
+        return drafts
+
+    def _step(self, batch: StepBatch, cache: KVCache, taps, want_final_hidden: bool, keep: list):
+        """The C step struct of `batch` and the ForwardOutput its buffers fill; `keep` holds what it points into."""
+        n, hidden = batch.n_tokens, self.hidden
         attn = causal_attention(self.model.rope, batch, cache, keep)
         n_out = int(batch.output_rows.shape[0])
         logits = torch.empty(n_out, self.vocab, dtype=torch.float32) if n_out else None
@@ -174,9 +192,8 @@ class NativeDecoder:
         tap_out = [torch.empty(n, hidden, dtype=torch.float32) for _ in tap_layers]
         tap_ids = (ctypes.c_int32 * len(tap_layers))(*tap_layers)
         tap_ptrs = (ctypes.c_void_p * len(tap_layers))(*[t.data_ptr() for t in tap_out])
+        keep += [tap_ids, tap_ptrs]
         step = capi.Step(n, batch.tokens.data_ptr(), attn, len(tap_layers), ctypes.addressof(tap_ids),
                          ctypes.addressof(tap_ptrs), n_out, batch.output_rows.data_ptr(), _ptr(logits), _ptr(argmax),
                          _ptr(final))
-        self.lib.ss_model_forward(self.stack.model_ref, ctypes.byref(step))
-        commit_lengths(batch, cache)
-        return ForwardOutput(logits, dict(zip(tap_layers, tap_out)), final, argmax)
+        return step, ForwardOutput(logits, dict(zip(tap_layers, tap_out)), final, argmax)

@@ -68,7 +68,7 @@ def pick_tokens(logits: torch.Tensor, requests: list[DraftRequest], settings: Si
     return chosen.tolist(), probs[:, 0].tolist(), q_rows
 
 
-def _feed_long_catch_ups(first: list[ChainRows], step: StepFn) -> None:
+def feed_long_catch_ups(first: list[ChainRows], step: StepFn) -> None:
     """Feed all but the last MAX_CATCH_UP_ROWS rows of long segments, one batched forward per chunk."""
     while True:
         long_rows = [r for r in first if r.tokens.shape[0] > MAX_CATCH_UP_ROWS]
@@ -90,7 +90,7 @@ def run_chain(requests: list[DraftRequest], first: list[ChainRows], step: StepFn
     by_slot = {r.slot: r for r in requests}
     tokens: dict[int, list[int]] = {r.slot: [] for r in first}
     q_probs: dict[int, list[torch.Tensor]] = {r.slot: [] for r in first}
-    _feed_long_catch_ups(first, step)
+    feed_long_catch_ups(first, step)
     rows = first
     hidden = None if not first or first[0].hidden is None else torch.cat([r.hidden for r in first])
     while rows:

@@ -155,4 +155,41 @@ int32_t ss_model_forward(const ss_model* m, const ss_step* step) {
     return 0;
 }
 
+int32_t ss_model_greedy_chain(const ss_model* m, const ss_step* first, int64_t n_more, int64_t* drafts) {
+    // step 0 is `first` (its output rows: one per slot, in slot order); then one row per slot per step
+    const int64_t n_slots = first->n_out, width = n_more + 1;
+    ss_model_forward(m, first);
+    std::vector<int64_t> slots(n_slots), pos(n_slots), fed(n_slots), picked(n_slots);
+    std::vector<float> logits(n_slots * m->vocab);
+    for (int64_t i = 0; i < n_slots; i++) {
+        const int64_t r = first->out_rows[i];
+        slots[i] = first->attn.row_slot[r];
+        pos[i] = first->attn.row_pos[r];
+        drafts[i * width] = first->argmax[i];
+    }
+    std::vector<int64_t> out_rows(n_slots);
+    for (int64_t i = 0; i < n_slots; i++) out_rows[i] = i;
+    for (int64_t j = 1; j <= n_more; j++) {
+        for (int64_t i = 0; i < n_slots; i++) {
+            fed[i] = drafts[i * width + j - 1];
+            pos[i] += 1;
+        }
+        ss_step step = {};
+        step.n_rows = n_slots;
+        step.tokens = fed.data();
+        step.attn = first->attn;
+        step.attn.row_slot = slots.data();
+        step.attn.row_pos = pos.data();
+        step.attn.key_len = nullptr;          // causal
+        step.attn.rope_index = pos.data();    // tables indexed by position (Python checks the RoPE type)
+        step.n_out = n_slots;
+        step.out_rows = out_rows.data();
+        step.logits = logits.data();
+        step.argmax = picked.data();
+        ss_model_forward(m, &step);
+        for (int64_t i = 0; i < n_slots; i++) drafts[i * width + j] = picked[i];
+    }
+    return 0;
+}
+
 }  // extern "C"

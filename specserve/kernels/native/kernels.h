@@ -85,6 +85,9 @@ void ss_rms_norm(const float* x, const float* weight, float* out, int64_t m, int
 void ss_layer_forward(const ss_model* m, int32_t layer, float* x, int64_t n_rows, const float* input,
                       int64_t prefix_rows, const float* prefix_input, const ss_attn* attn);
 int32_t ss_model_forward(const ss_model* m, const ss_step* step);
+// A greedy draft chain: `first` (argmax set, one output row per slot), then n_more steps that each feed
+// every slot's last argmax at the next position. drafts [n_out, 1 + n_more].
+int32_t ss_model_greedy_chain(const ss_model* m, const ss_step* first, int64_t n_more, int64_t* drafts);
 // probs [n_rows, vocab]: the distribution sampling draws from (top-k, top-p, min-p, then temperature)
 void ss_sampling_probs(const float* logits, int64_t n_rows, int64_t vocab, int32_t top_k, float top_p, float min_p,
                        float temperature, float* probs);
