@@ -58,7 +58,7 @@ def _recompute_hidden_head(proposer, tokens, id_last, n):
     tcache = target.new_cache(1, 512)
     out = target.forward_step(StepBatch.build([(0, list(tokens), 0)], []), tcache,
                               taps=proposer.taps, want_final_hidden=proposer.needs_final_hidden)
-    feats = proposer.features(TargetBatch(StepBatch.build([(0, list(tokens), 0)], []), out))
+    feats = proposer.project(proposer.features(TargetBatch(StepBatch.build([(0, list(tokens), 0)], []), out)))
     rows = list(tokens[1:]) + [id_last]
     cache = head.new_cache(1, 512)
     n_rows = len(rows)

@@ -46,21 +46,43 @@ def test_scheduler_learns_each_slots_acceptance():
 def test_drafting_stops_when_it_cannot_pay_for_itself():
     table = StepCostTable([1, 64], [0.01, 0.01 + 63 * 0.0005])
     sched = AcceptanceScheduler(4, 3, table)
-    assert sched.should_draft([0, 1, 2, 3], [3] * 4)            # nothing measured yet: draft
-    sched.note_draft_time(0.0001)                                 # cheap drafts of a good drafter pay
+    slots, caps = [0, 1, 2, 3], [3] * 4
+    assert sched.drafting_slots(slots, caps) == [0]                  # nothing measured yet: draft for one slot
+    sched.note_draft_time(0.0001, 4)                                 # cheap drafts of a good drafter pay
     for slot in range(4):
         for _ in range(5):
             sched.observe(slot, 3, 3)
-    assert all(sched.should_draft([0, 1, 2, 3], [3] * 4) for _ in range(20))
-    sched.draft_seconds = 1.0                                     # a draft call as slow as 100 steps
-    decisions = [sched.should_draft([0, 1, 2, 3], [3] * 4) for _ in range(EXPLORE_EVERY * 15)]
-    first_no = decisions.index(False)
-    assert first_no < DECIDE_EVERY                                # the cached answer is re-evaluated soon
+    assert all(sched.drafting_slots(slots, caps) == slots for _ in range(20))
+    sched.draft_seconds[4] = 1.0                                     # a draft call as slow as 100 steps ...
+    sched.observe(0, 3, 3)                                           # ... was verified
+    decisions = [sched.drafting_slots(slots, caps) for _ in range(EXPLORE_EVERY * 15)]
+    first_no = decisions.index([])
+    assert first_no < DECIDE_EVERY                                   # the cached answer is re-evaluated soon
     explored = [i for i, d in enumerate(decisions) if d and i > first_no]
-    # from then on only exploring steps draft, at gaps that double: 8, 16, 32
+    # from then on only exploring steps draft, at gaps that double: 8, 16, 32, each for one slot,
+    # the one that drafted longest ago
     assert [b - a for a, b in zip(explored, explored[1:])] == [EXPLORE_EVERY, 2 * EXPLORE_EVERY, 4 * EXPLORE_EVERY]
-    sched.draft_seconds = 0.0001                                  # drafting pays again: soon every step drafts
-    assert all([sched.should_draft([0, 1, 2, 3], [3] * 4) for _ in range(40)][DECIDE_EVERY:])
+    assert [decisions[i] for i in explored] == [[0], [1], [2], [3]]
+    # with no new observation, a "no" is not worked out again (it could not change)
+    calls = []
+    monkey = sched._drafting_pays
+    sched._drafting_pays = lambda *a: calls.append(1) or monkey(*a)
+    [sched.drafting_slots(slots, caps) for _ in range(3 * DECIDE_EVERY)]
+    assert calls == [] and sched.drafting_slots(slots[:3], caps[:3]) == [] and calls == [1]
+    sched._drafting_pays = monkey
+    sched.draft_seconds[4] = 0.0001                                  # drafting pays again: soon every step drafts
+    sched.observe(0, 3, 3)
+    assert all(d == slots for d in [sched.drafting_slots(slots, caps) for _ in range(40)][DECIDE_EVERY:])
+
+
+def test_draft_time_of_an_unmeasured_slot_count_is_priced_up_from_a_smaller_one():
+    sched = AcceptanceScheduler(8, 3, StepCostTable([1, 64], [0.01, 0.04]))
+    assert sched.draft_time(4) == 0.0
+    sched.note_draft_time(0.002, 1)
+    assert sched.draft_time(1) == 0.002 and sched.draft_time(4) == pytest.approx(0.008)
+    sched.note_draft_time(0.004, 4)
+    assert sched.draft_time(4) == 0.004 and sched.draft_time(8) == pytest.approx(0.008)
+    assert sched.draft_time(2) == pytest.approx(0.004)               # between: the smaller count, scaled
 
 
 def test_attention_groups_split_a_long_segment_from_one_row_slots():
@@ -178,7 +200,8 @@ def test_schedule_profiles_the_target_when_no_table_is_given(models):
 def test_steps_without_drafting_stay_lossless(models, spec_type, monkeypatch):
     """Drafting skipped for most steps (a draft call priced at a second) and resumed every
     EXPLORE_EVERY-th: the drafters catch up on the skipped context and the output is unchanged."""
-    monkeypatch.setattr(AcceptanceScheduler, "note_draft_time", lambda self, s: setattr(self, "draft_seconds", 1.0))
+    monkeypatch.setattr(AcceptanceScheduler, "note_draft_time",
+                        lambda self, seconds, n_slots: self.draft_seconds.__setitem__(n_slots, 1.0))
     model, extra = _config(models, spec_type)
     reference = [o.token_ids for o in LLM(model, n_parallel=3).generate(PROMPTS, GREEDY)]
     llm = LLM(model, spec_type=spec_type, n_parallel=3, spec_schedule=True, **extra)

@@ -19,8 +19,12 @@ compared with the token the target emitted (`observe_unverified`), so its estima
 when its drafts start to match again.
 
 When even the best admissible drafts would not pay for the draft call itself (a model
-drafter at high concurrency), the step does not draft at all (`should_draft`), except for
-exploring steps at growing intervals, which keep the estimates and the draft time current.
+drafter at high concurrency), the step does not draft at all (`drafting_slots`), except for
+exploring steps at growing intervals, which keep the estimates and the draft time current. The
+first draft and every exploring step draft for ONE slot, the one that drafted longest ago: a drafter catches up on
+everything its slot produced since it last drafted, and a request that ends before its slot is
+explored again never costs that catch-up. The draft time is estimated per number of drafting
+slots (a count not measured yet is priced linearly from a smaller one, which overestimates it).
 """
 from __future__ import annotations
 
@@ -46,12 +50,15 @@ class AcceptanceScheduler:
         # every draft token before it was accepted); row n_slots pools all slots for new requests
         self.accepted = np.zeros(n_slots + 1)
         self.tried = np.zeros(n_slots + 1)
-        self.draft_seconds = 0.0                             # running mean of a whole draft call
+        self.draft_seconds: dict[int, float] = {}            # drafting slots -> running mean of a draft call
         self.other_seconds = 0.0                             # running mean of the rest of a step
+        self.last_drafted = np.full(n_slots, -1)             # decision number of each slot's last draft
         self.n_decisions = 0
         self.explore_gap = EXPLORE_EVERY
-        self.next_explore = EXPLORE_EVERY
-        self.last_decision = True
+        self.next_explore = 0
+        self.last_decision: bool | None = None              # None: not worked out yet
+        self.decided_for = (0, 0)                            # (slots, observations) it was worked out for
+        self.n_observed = 0
 
     def rate(self, slot: int) -> float:
         """P(a draft token is accepted | the tokens before it were), the same at every position:
@@ -64,58 +71,90 @@ class AcceptanceScheduler:
         self.accepted[slot] = self.accepted[pooled] * scale
         self.tried[slot] = self.tried[pooled] * scale
 
-    def note_draft_time(self, seconds: float) -> None:
-        """Running estimate of a steady-state draft call. A call that catches a drafter up on many
-        tokens (the first after a prompt, or after steps without drafting) is slow once and says
-        little about the next ones, so slower calls move the estimate little and much slower
-        ones not at all; faster calls move it quickly."""
-        if self.draft_seconds == 0:
-            self.draft_seconds = seconds
-        elif seconds < self.draft_seconds:
-            self.draft_seconds = 0.5 * self.draft_seconds + 0.5 * seconds
-        elif seconds < 3 * self.draft_seconds:
-            self.draft_seconds = 0.9 * self.draft_seconds + 0.1 * seconds
+    def note_draft_time(self, seconds: float, n_slots: int) -> None:
+        """Running estimate of a steady-state draft call for n_slots slots. A call that catches a
+        drafter up on many tokens (the first after a prompt, or after steps without drafting) is slow
+        once and says little about the next ones, so slower calls move the estimate little and much
+        slower ones not at all; faster calls move it quickly."""
+        known = self.draft_seconds.get(n_slots, 0.0)
+        if known == 0:
+            self.draft_seconds[n_slots] = seconds
+        elif seconds < known:
+            self.draft_seconds[n_slots] = 0.5 * known + 0.5 * seconds
+        elif seconds < 3 * known:
+            self.draft_seconds[n_slots] = 0.9 * known + 0.1 * seconds
 
-    def note_step(self, seconds: float, rows: int, drafted: bool) -> None:
-        """A whole engine step that verified `rows` rows took `seconds`: what the forward and the
-        drafting do not explain (sampling, verification, streaming) is a fixed cost per step."""
+    def draft_time(self, n_slots: int) -> float:
+        """Estimated draft call for n_slots slots (0 before any was measured)."""
+        known = self.draft_seconds
+        if not known or n_slots <= 0:
+            return 0.0
+        if n_slots in known:
+            return known[n_slots]
+        below = [k for k in known if k < n_slots]
+        if below:
+            k = max(below)
+            return known[k] * n_slots / k
+        return known[min(known)]
+
+    def note_step(self, seconds: float, rows: int, n_drafted: int) -> None:
+        """A whole engine step that verified `rows` rows, drafting for n_drafted slots, took `seconds`:
+        what the forward and the drafting do not explain (sampling, verification, streaming) is a
+        fixed cost per step."""
         forward = 1.0 / self.cost_table.steps_per_second(rows)
-        other = max(0.0, seconds - forward - (self.draft_seconds if drafted else 0.0))
+        other = max(0.0, seconds - forward - self.draft_time(n_drafted))
         self.other_seconds = 0.9 * self.other_seconds + 0.1 * other
 
-    def should_draft(self, slots: list[int], caps: list[int]) -> bool:
-        """Whether drafting for these slots is expected to pay for the draft call itself: the
-        expected tokens per second of a step that drafts, and verifies what `lengths` would keep
-        at each slot's estimated rate, against a step that only decodes. While the answer is no,
-        a step still drafts now and then (after EXPLORE_EVERY steps, then twice as long each time
-        up to EXPLORE_MAX), so the estimates and the draft time stay measured. The answer is
-        worked out every DECIDE_EVERY steps and reused in between."""
+    def drafting_slots(self, slots: list[int], caps: list[int]) -> list[int]:
+        """Which of these slots draft this step (indices into `slots`): all of them while drafting is
+        expected to pay for the draft call itself (the expected tokens per second of a step that
+        drafts and verifies what `lengths` would keep at each slot's estimated rate, against a step
+        that only decodes); none while it is not, except that a step still drafts now and then for
+        the slot that drafted longest ago (after EXPLORE_EVERY steps, then twice as long each time up
+        to EXPLORE_MAX), so the estimates and the draft time stay measured. The answer is worked out
+        again when the number of slots changes, and every DECIDE_EVERY steps when there are new
+        observations; in between it is reused."""
         self.n_decisions += 1
-        if self.draft_seconds == 0:
-            return True
-        if self.n_decisions >= self.next_explore:
+        chosen = list(range(len(slots)))
+        if not self.draft_seconds:              # the first draft measures a call for one slot
+            chosen = [int(np.argmin(self.last_drafted[slots]))]
+        elif self.last_decision is False and self.n_decisions >= self.next_explore:
             self.next_explore = self.n_decisions + self.explore_gap
             self.explore_gap = min(2 * self.explore_gap, EXPLORE_MAX)
-            return True
-        if self.n_decisions % DECIDE_EVERY:
-            return self.last_decision
-        self.last_decision = self._drafting_pays(slots, caps)
-        if self.last_decision:
-            self.explore_gap, self.next_explore = EXPLORE_EVERY, self.n_decisions + EXPLORE_EVERY
-        return self.last_decision
+            chosen = [int(np.argmin(self.last_drafted[slots]))]
+        elif (self.last_decision is not None and self.decided_for[0] == len(slots)
+              and (self.n_decisions % DECIDE_EVERY or self.decided_for[1] == self.n_observed)):
+            chosen = chosen if self.last_decision else []       # nothing new to decide on
+        else:
+            self.decided_for = (len(slots), self.n_observed)
+            was = self.last_decision
+            self.last_decision = self._drafting_pays(slots, caps)
+            if self.last_decision:
+                self.explore_gap = EXPLORE_EVERY
+            else:
+                if was is not False:            # drafting just stopped paying: explore after EXPLORE_EVERY steps
+                    self.next_explore = self.n_decisions + self.explore_gap
+                chosen = []
+        for i in chosen:
+            self.last_drafted[slots[i]] = self.n_decisions
+        return chosen
 
     def _drafting_pays(self, slots: list[int], caps: list[int]) -> bool:
         n = min(max(caps), self.n_positions)
         rates = np.asarray([self.rate(s) for s in slots])
         confidence = np.repeat(rates[:, None], n, axis=1)
-        kept = schedule_prefix_lengths(confidence, self.steps_per_second, np.minimum(caps, n))
-        gain = sum(float(np.sum(r ** np.arange(1, k + 1))) for r, k in zip(rates, kept))
         n_rows = len(slots)
+        kept = schedule_prefix_lengths(confidence, self._rate_for(n_rows), np.minimum(caps, n))
+        gain = sum(float(np.sum(r ** np.arange(1, k + 1))) for r, k in zip(rates, kept))
         plain = n_rows / (1.0 / self.cost_table.steps_per_second(n_rows) + self.other_seconds)
-        return (n_rows + gain) * self.steps_per_second(n_rows + int(kept.sum())) > plain
+        return (n_rows + gain) * self.steps_per_second(n_rows + int(kept.sum()), n_rows) > plain
 
-    def steps_per_second(self, rows: int) -> float:
-        return 1.0 / (1.0 / self.cost_table.steps_per_second(rows) + self.draft_seconds + self.other_seconds)
+    def steps_per_second(self, rows: int, n_drafting: int) -> float:
+        """Whole engine steps per second at `rows` verified rows with n_drafting slots drafting."""
+        return 1.0 / (1.0 / self.cost_table.steps_per_second(rows) + self.draft_time(n_drafting) + self.other_seconds)
+
+    def _rate_for(self, n_drafting: int):
+        return lambda rows: self.steps_per_second(rows, n_drafting)
 
     def lengths(self, slots: list[int], drafts: list[Draft]) -> np.ndarray:
         """How many tokens of each draft to verify."""
@@ -128,7 +167,7 @@ class AcceptanceScheduler:
             else:
                 confidence[i, :k] = self.rate(slot)
         caps = np.asarray([min(len(d.tokens), n) for d in drafts])
-        return schedule_prefix_lengths(confidence, self.steps_per_second, caps)
+        return schedule_prefix_lengths(confidence, self._rate_for(len(drafts)), caps)
 
     def observe(self, slot: int, n_drafted: int, n_accepted: int) -> None:
         """A verified draft: n_accepted tokens accepted, then (if any was left) one rejected."""
@@ -138,6 +177,7 @@ class AcceptanceScheduler:
         self._update(slot, int(first_matched), 1)
 
     def _update(self, slot: int, accepted: int, tried: int) -> None:
+        self.n_observed += 1
         for row in (slot, len(self.accepted) - 1):
             self.accepted[row] = DECAY * self.accepted[row] + accepted
             self.tried[row] = DECAY * self.tried[row] + tried

@@ -36,16 +36,29 @@ SAMPLE_MODES = ("auto", "greedy", "sample")
 
 
 @dataclass
+class _Rows:
+    """n rows of a forward's taps from row `start`, read (sliced and joined) only when a draft needs
+    them: with --spec-schedule most steps may not draft, and small tensor operations cost µs each."""
+    pos0: int
+    taps: list[torch.Tensor]
+    start: int
+    n: int
+
+    def features(self) -> list[torch.Tensor]:
+        return [t[self.start:self.start + self.n] for t in self.taps]
+
+
+@dataclass
 class _SlotContext:
     """Committed target features not yet in the draft cache, and the last verification's rows."""
-    pending: list[tuple[int, torch.Tensor]] = field(default_factory=list)   # (first position, rows)
-    tail: tuple[int, torch.Tensor] | None = None
+    pending: list[_Rows] = field(default_factory=list)
+    tail: _Rows | None = None
     tail_kept: int = 1              # id_last is always committed; accept() adds the accepted drafts
 
     def flush_tail(self) -> None:
         if self.tail is not None:
-            pos0, rows = self.tail
-            self.pending.append((pos0, rows[:self.tail_kept]))
+            self.tail.n = self.tail_kept
+            self.pending.append(self.tail)
             self.tail = None
 
 
@@ -114,18 +127,18 @@ class DFlash(Proposer):
         segments = batch.step.segments
         if not segments:
             return
-        feats = torch.cat([batch.out.taps[layer] for layer in self.taps], dim=-1)
+        taps = [batch.out.taps[layer] for layer in self.taps]
         for seg in segments:
             state = self.slots[seg.slot]
             if seg.pos0 == 0:           # a new request in this slot
                 self._reset(seg.slot)
                 state = self.slots[seg.slot]
             state.flush_tail()
-            rows = feats[seg.start:seg.start + seg.n_rows]
+            rows = _Rows(seg.pos0, taps, seg.start, seg.n_rows)
             if batch.is_prompt.get(seg.slot, False):
-                state.pending.append((seg.pos0, rows))
+                state.pending.append(rows)
             else:
-                state.tail, state.tail_kept = (seg.pos0, rows), 1
+                state.tail, state.tail_kept = rows, 1
 
     def accept(self, slot: int, n_accepted: int, is_other: bool) -> None:
         self.slots[slot].tail_kept = 1 + n_accepted
@@ -133,15 +146,15 @@ class DFlash(Proposer):
     def release(self, slot: int) -> None:
         self._reset(slot)
 
-    def _new_context(self, req: DraftRequest) -> list[tuple[int, torch.Tensor]] | None:
+    def _new_context(self, req: DraftRequest) -> list[_Rows] | None:
         """The committed rows from the draft cache's length up to the anchor, or None if out of step."""
         state = self.slots[req.slot]
         state.flush_tail()
         expected = self.cache.length(req.slot)
-        for pos0, rows in state.pending:
-            if pos0 != expected:
+        for rows in state.pending:
+            if rows.pos0 != expected:
                 break
-            expected += rows.shape[0]
+            expected += rows.n
         if expected != req.pos0:
             log.warning("%s: slot %d draft context out of step (%d rows for position %d); restarting it",
                         self.name, req.slot, expected, req.pos0)
@@ -150,18 +163,25 @@ class DFlash(Proposer):
         return state.pending
 
     # ------------------------------------------------------------------ drafting
+    def _context(self, chunks: list[tuple[int, _Rows]]):
+        """(features [C, taps * H], slots [C], positions [C]) of the new context rows, or three Nones.
+        Index arrays are built in numpy: a draft call is short, and small torch ops cost µs each."""
+        if not chunks:
+            return None, None, None
+        device = self.drafter.device
+        per_tap = zip(*(rows.features() for _, rows in chunks))
+        feats = torch.cat([torch.cat(rows) if len(rows) > 1 else rows[0] for rows in per_tap], dim=-1)
+        slots = np.concatenate([np.full(rows.n, slot, dtype=np.int64) for slot, rows in chunks])
+        positions = np.concatenate([np.arange(rows.pos0, rows.pos0 + rows.n, dtype=np.int64) for _, rows in chunks])
+        return feats, torch.from_numpy(slots).to(device), torch.from_numpy(positions).to(device)
+
     def draft(self, requests: list[DraftRequest]) -> dict[int, Draft]:
-        # index arrays are built in numpy: a draft call is short, and small torch ops cost several µs each
-        reqs, ctx_rows, ctx_slots, ctx_pos = [], [], [], []
+        reqs, chunks = [], []
         for req in requests:
-            chunks = self._new_context(req)
-            if chunks is None:
-                continue
-            for pos0, rows in chunks:
-                ctx_rows.append(rows)
-                ctx_slots.append(np.full(rows.shape[0], req.slot, dtype=np.int64))
-                ctx_pos.append(np.arange(pos0, pos0 + rows.shape[0], dtype=np.int64))
-            reqs.append(req)
+            pending = self._new_context(req)
+            if pending is not None:
+                reqs.append(req)
+                chunks += [(req.slot, rows) for rows in pending]
         if not reqs:
             return {}
         drafter, device = self.drafter, self.drafter.device
@@ -171,10 +191,7 @@ class DFlash(Proposer):
         block[:, 0] = anchor_ids
         anchors = torch.from_numpy(anchor_ids).to(device)
         pos0 = torch.from_numpy(np.array([r.pos0 for r in reqs], dtype=np.int64)).to(device)
-        have_ctx = bool(ctx_rows)
-        context = ((ctx_rows[0] if len(ctx_rows) == 1 else torch.cat(ctx_rows)) if have_ctx else None,
-                   torch.from_numpy(np.concatenate(ctx_slots)).to(device) if have_ctx else None,
-                   torch.from_numpy(np.concatenate(ctx_pos)).to(device) if have_ctx else None)
+        context = self._context(chunks)
         slots, block = [r.slot for r in reqs], torch.from_numpy(block).to(device)
         sampling = [self._samples(r) for r in reqs]
         temps = noise = None

@@ -32,7 +32,7 @@ class SpecDriver:
         self.n_drafted = [0] * n_slots                 # tokens of the slot's last verified draft
         self.unverified: dict[int, int] = {}           # slot -> first token of a draft the scheduler cut
         self.rows_verified = 0                         # generating rows of the step being run
-        self.drafted = False                           # whether that step ran the proposers
+        self.n_drafting = 0                            # slots that step drafted for
         self.taps = tuple(sorted({t for p in proposers for t in p.taps}))
         self.needs_final_hidden = any(p.needs_final_hidden for p in proposers)
 
@@ -59,11 +59,15 @@ class SpecDriver:
 
     def draft(self, requests: list[DraftRequest]) -> dict[int, Draft]:
         self.unverified.clear()
-        self.rows_verified, self.drafted = len(requests), False
-        if self.scheduler is not None and requests and not self.scheduler.should_draft(
-                [r.slot for r in requests], [r.n_max for r in requests]):
-            return {}                   # --spec-schedule: drafting would cost more than it brings
-        self.drafted = True
+        n_rows = self.rows_verified = len(requests)
+        self.n_drafting = 0
+        if self.scheduler is not None and requests:
+            # --spec-schedule: no drafting while it would cost more than it brings, but for one exploring slot
+            chosen = self.scheduler.drafting_slots([r.slot for r in requests], [r.n_max for r in requests])
+            requests = [requests[i] for i in chosen]
+            if not requests:
+                return {}
+        self.n_drafting = len(requests)
         won: dict[int, tuple[Proposer, Draft]] = {}
         pending = list(requests)
         t_start = time.perf_counter()
@@ -84,10 +88,10 @@ class SpecDriver:
                 won[req.slot] = (p, d.truncate(req.n_max) if req.n_max > 0 else d)
             pending = still
         if self.scheduler is not None and won:
-            self.scheduler.note_draft_time(time.perf_counter() - t_start)
+            self.scheduler.note_draft_time(time.perf_counter() - t_start, len(requests))
             self._schedule(won)
         results: dict[int, Draft] = {}
-        self.rows_verified = len(requests) + sum(len(d.tokens) for _, d in won.values())
+        self.rows_verified = n_rows + sum(len(d.tokens) for _, d in won.values())
         for slot, (p, d) in won.items():
             results[slot] = d
             self.last_impl[slot] = p
@@ -112,7 +116,7 @@ class SpecDriver:
     def step_done(self, seconds: float) -> None:
         """The engine finished a step with generating slots (for --spec-schedule's cost of a step)."""
         if self.scheduler is not None:
-            self.scheduler.note_step(seconds, self.rows_verified, self.drafted)
+            self.scheduler.note_step(seconds, self.rows_verified, self.n_drafting)
 
     def verified(self, slot: int, n_drafted: int, n_accepted: int, first_emitted: int) -> None:
         """A generating slot was verified: n_accepted of its n_drafted tokens were kept, and the target's

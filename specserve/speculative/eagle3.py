@@ -37,4 +37,9 @@ class Eagle3Proposer(HiddenChainProposer):
         out = batch.out
         if not self.head.opts.use_aux:
             return out.final_hidden
-        return self.head.project([out.taps[t] for t in self.feature_taps])
+        return torch.cat([out.taps[t] for t in self.feature_taps], dim=-1)
+
+    def project(self, features: torch.Tensor) -> torch.Tensor:
+        if not self.head.opts.use_aux:
+            return features
+        return self.head.project([features])          # fc over the concatenated taps

@@ -15,12 +15,14 @@ Bookkeeping per slot, as llama.cpp does it:
   * `draft()`: the queued rows plus the seed row (id_last, pending feature) are fed in the
     first step of the batched chain (draft_chain.run_chain); rows the draft cache already
     holds correctly are never fed twice, stale chain rows are truncated away.
-The features are computed once per target batch for all of its rows (one matmul).
+The features are stored as the target gives them and projected (EAGLE-3's fc) when a draft feeds them.
 """
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 
+import numpy as np
 import torch
 
 from ..models.step_batch import StepBatch
@@ -31,6 +33,21 @@ from .draft_options import draft_settings
 log = logging.getLogger("specserve.speculative")
 
 
+@dataclass
+class FeatureRows:
+    """Rows [start, start + n) of one forward's features, sliced only when a draft feeds them: with
+    --spec-schedule most steps may not draft, and small tensor operations cost µs each."""
+    feats: torch.Tensor
+    start: int
+    n: int
+
+    def get(self) -> torch.Tensor:
+        return self.feats[self.start:self.start + self.n]
+
+    def part(self, first: int, n: int) -> "FeatureRows":
+        return FeatureRows(self.feats, self.start + first, n)
+
+
 class SlotRows:
     """One slot's queued (token, feature) pairs and its pending row."""
 
@@ -38,22 +55,22 @@ class SlotRows:
         self.reset()
 
     def reset(self) -> None:
-        self.tokens: list[torch.Tensor] = []
-        self.hidden: list[torch.Tensor] = []
+        self.tokens: list[np.ndarray] = []
+        self.hidden: list[FeatureRows] = []
         self.queue_pos0 = 0                  # position of the first queued row
         self.n_queued = 0
-        self.pending: torch.Tensor | None = None
+        self.pending: FeatureRows | None = None
         self.pending_pos = -1
         self.verify_pos0 = -1
-        self.verify_hidden: torch.Tensor | None = None
+        self.verify: FeatureRows | None = None
         self.fed = 0                         # draft cache rows [0, fed) are known correct
         self.broken = False                  # state lost mid-request: no drafts until the next request
 
-    def queue(self, tokens: torch.Tensor, hidden: torch.Tensor, pos0: int) -> None:
+    def queue(self, tokens: np.ndarray, hidden: FeatureRows, pos0: int) -> None:
         skip = max(0, self.fed - pos0)       # rows the draft cache already holds
         if skip >= tokens.shape[0]:
             return
-        tokens, hidden, pos0 = tokens[skip:], hidden[skip:], pos0 + skip
+        tokens, hidden, pos0 = tokens[skip:], hidden.part(skip, hidden.n - skip), pos0 + skip
         if self.n_queued == 0:
             self.queue_pos0 = pos0
         elif pos0 != self.queue_pos0 + self.n_queued:
@@ -65,14 +82,19 @@ class SlotRows:
 
     def drop_from(self, pos: int) -> None:
         """Forget queued rows at positions >= pos."""
-        keep = pos - self.queue_pos0
-        if self.n_queued <= keep:
+        left = pos - self.queue_pos0
+        if self.n_queued <= left:
             return
-        if keep <= 0:
-            self.tokens, self.hidden, self.n_queued = [], [], 0
-            return
-        tokens, hidden = torch.cat(self.tokens), torch.cat(self.hidden)
-        self.tokens, self.hidden, self.n_queued = [tokens[:keep]], [hidden[:keep]], keep
+        tokens, hidden = [], []
+        for t, h in zip(self.tokens, self.hidden):
+            if left <= 0:
+                break
+            m = min(left, t.shape[0])
+            tokens.append(t[:m])
+            hidden.append(h.part(0, m))
+            left -= m
+        self.tokens, self.hidden = tokens, hidden
+        self.n_queued = sum(t.shape[0] for t in tokens)
 
 
 class HiddenChainProposer(Proposer):
@@ -90,8 +112,13 @@ class HiddenChainProposer(Proposer):
 
     # subclasses -----------------------------------------------------------------
     def features(self, batch: TargetBatch) -> torch.Tensor:
-        """[N, H] input hidden rows for every row of the target batch."""
+        """[N, F] the target's features for every row of the target batch, as stored until a draft."""
         raise NotImplementedError
+
+    def project(self, features: torch.Tensor) -> torch.Tensor:
+        """Stored features [n, F] -> the head's input hidden rows [n, H]. Applied only to the rows a draft
+        feeds: with --spec-schedule most steps may not draft."""
+        return features
 
     def head_step(self, batch: StepBatch, hidden: torch.Tensor):
         """(logits of the output rows [n_out, V or Vd], next hidden of the output rows)."""
@@ -109,7 +136,7 @@ class HiddenChainProposer(Proposer):
     # Proposer -------------------------------------------------------------------
     def process(self, batch: TargetBatch) -> None:
         feats = self.features(batch)
-        tokens = batch.step.tokens
+        tokens = batch.step.tokens.numpy()
         for seg in batch.step.segments:
             st = self.slots[seg.slot]
             if seg.pos0 == 0:
@@ -118,26 +145,26 @@ class HiddenChainProposer(Proposer):
             if st.broken:
                 continue
             toks = tokens[seg.start:seg.start + seg.n_rows]
-            rows = feats[seg.start:seg.start + seg.n_rows]
+            rows = FeatureRows(feats, seg.start, seg.n_rows)
             try:
                 if st.pending is not None and st.pending_pos == seg.pos0 - 1:
-                    st.queue(toks[:1], st.pending[None], st.pending_pos)
+                    st.queue(toks[:1], st.pending, st.pending_pos)
                 if seg.n_rows > 1:
-                    st.queue(toks[1:], rows[:-1], seg.pos0)
+                    st.queue(toks[1:], rows.part(0, seg.n_rows - 1), seg.pos0)
             except RuntimeError:
                 log.exception("draft state of slot %d lost; it drafts again from its next request", seg.slot)
                 st.reset()
                 st.broken = True
                 continue
-            st.pending, st.pending_pos = rows[-1], seg.pos0 + seg.n_rows - 1
-            st.verify_pos0, st.verify_hidden = seg.pos0, rows
+            st.pending, st.pending_pos = rows.part(seg.n_rows - 1, 1), seg.pos0 + seg.n_rows - 1
+            st.verify_pos0, st.verify = seg.pos0, rows
 
     def accept(self, slot: int, n_accepted: int, is_other: bool) -> None:
         st = self.slots[slot]
-        if st.verify_hidden is None:
+        if st.verify is None:
             return
-        i = min(n_accepted, st.verify_hidden.shape[0] - 1)
-        st.pending, st.pending_pos = st.verify_hidden[i], st.verify_pos0 + i
+        i = min(n_accepted, st.verify.n - 1)
+        st.pending, st.pending_pos = st.verify.part(i, 1), st.verify_pos0 + i
         st.drop_from(st.pending_pos)
 
     def draft(self, requests: list[DraftRequest]) -> dict[int, Draft]:
@@ -149,8 +176,8 @@ class HiddenChainProposer(Proposer):
             start = st.queue_pos0 if st.n_queued else st.pending_pos
             if start != min(st.fed, st.pending_pos) or not self.truncate_cache(req.slot, start):
                 continue
-            tokens = torch.cat(st.tokens + [torch.tensor([req.id_last])])
-            hidden = torch.cat(st.hidden + [st.pending[None]])
+            tokens = torch.from_numpy(np.concatenate(st.tokens + [np.array([req.id_last], dtype=np.int64)]))
+            hidden = self.project(torch.cat([h.get() for h in st.hidden] + [st.pending.get()]))
             first.append(ChainRows(req.slot, tokens, start, hidden))
             st.tokens, st.hidden, st.n_queued = [], [], 0
             st.fed = st.pending_pos + 1          # the seed row pairs the pending feature with id_last: final
