@@ -13,7 +13,7 @@ slots; `--schedule` adds --spec-schedule; `--methods` picks spec types. Prints t
 Markdown table the documentation links (docs/results/method_table.md; see benchmarks/results_table.py).
 
     .venv/bin/python benchmarks/method_table.py [--n-tokens 128] [--out runs/method_table.json]
-        [--methods draft-simple,draft-dspark] [-np 4 --schedule]
+        [--methods draft-simple,draft-dspark] [-np 4 --schedule] [--drafter draft-dspark=DIR]
         [--table-out FILE] [--from-json FILE] [--note TEXT]
 """
 from __future__ import annotations
@@ -47,10 +47,12 @@ def bundled_drafters(target: Path) -> dict[str, Path]:
     return {spec_type: folder for spec_type, (folder, _) in shipped_drafters().items()}
 
 
-def configurations(target: Path, methods: list[str] | None = None, schedule: bool = False):
+def configurations(target: Path, methods: list[str] | None = None, schedule: bool = False,
+                   drafters: dict[str, Path] | None = None):
     """(label, spec type, draft folder, extra options, temperatures) for every known type (or those in
-    `methods`); plus skip notes. `schedule` adds --spec-schedule to every speculative configuration."""
-    drafters = bundled_drafters(target)
+    `methods`); plus skip notes. `schedule` adds --spec-schedule to every speculative configuration;
+    `drafters` (spec type -> folder) replaces shipped drafters."""
+    drafters = {**bundled_drafters(target), **(drafters or {})}
     configs, skipped = [("no speculation", "none", None, {}, (0.0, 1.0))], []
     for spec_type in available_types():
         if spec_type == "none" or (methods and spec_type not in methods):
@@ -113,6 +115,8 @@ def main() -> None:
     parser.add_argument("-np", "--parallel", type=int, default=1,
                         help="slots; above 1 each prompt set is submitted at once and batched")
     parser.add_argument("--schedule", action="store_true", help="--spec-schedule for every speculative method")
+    parser.add_argument("--drafter", action="append", default=[], metavar="TYPE=DIR",
+                        help="use the drafter in DIR for spec type TYPE instead of the shipped one (repeatable)")
     parser.add_argument("--out", default="runs/method_table.json")
     results_table.add_options(parser, "method_table")
     args = parser.parse_args()
@@ -125,7 +129,9 @@ def main() -> None:
     target = Path(args.model)
     temps = [float(t) for t in args.temperatures.split(",")]
     sets = args.sets.split(",")
-    configs, skipped = configurations(target, [m for m in args.methods.split(",") if m], args.schedule)
+    own = dict(item.split("=", 1) for item in args.drafter)
+    configs, skipped = configurations(target, [m for m in args.methods.split(",") if m], args.schedule,
+                                      {t: Path(d) for t, d in own.items()})
     results, t_start = [], time.perf_counter()
     baseline: dict[tuple, dict] = {}
     for label, spec_type, folder, extra, config_temps in configs:

@@ -61,7 +61,7 @@ class MarkovHead(nn.Module):
         cached = getattr(self, "_serving_cache", None)
         if cached is None or cached[0] != key:
             w2t = w2.detach().float().t().contiguous()
-            # the native chain reads W2^T in bfloat16: it is bound by moving W2 through the vector units
+            # the native chain reads W2^T in bfloat16: all of it at every block position, at half the bytes
             cached = (key, w1.detach().float(), w2t, w2t.bfloat16())
             self._serving_cache = cached
         return cached[1], cached[2]

@@ -7,7 +7,8 @@ at once; the rows [id_last, d_1..d_k] of a verification are held back until `acc
 says that only id_last and the first n drafts were kept, so a rejected draft never enters the
 context. `draft()` then runs ONE draft forward for all requesting slots, each with a full block
 of the same size (the block-uniformity the Markov chain needs); the driver truncates each slot
-to its own cap afterwards.
+to its own cap afterwards. On the native kernels that forward, the lm_head over the draft rows and
+the Markov chain are one C call (models/block_drafter.py:draft_native).
 
 DFlash drafts greedily (one-hot verification) unless `--spec-dflash-sample sample`; its
 `--spec-draft-p-min` cuts a block at the draft's own top probability. DSpark (dspark.py) is this
@@ -28,7 +29,7 @@ from ..option import Option, read_options
 from .base import Draft, DraftRequest, Proposer, ProposerContext, TargetBatch
 from .confidence_schedule import confident_prefix_lengths
 from .draft_options import draft_settings
-from .markov_chain import BlockChain, gumbel_noise, run_block_chain, teacher_prev_tokens
+from .markov_chain import BlockChain, gumbel_noise, run_block_chain
 
 log = logging.getLogger("specserve.speculative")
 
@@ -184,16 +185,33 @@ class DFlash(Proposer):
                 chunks += [(req.slot, rows) for rows in pending]
         if not reqs:
             return {}
-        drafter, device = self.drafter, self.drafter.device
-        n_block = drafter.block_rows_for(self.n_draft)
-        anchor_ids = np.array([r.id_last for r in reqs], dtype=np.int64)
-        block = np.full((len(reqs), n_block), self.mask_token_id, dtype=np.int64)
-        block[:, 0] = anchor_ids
-        anchors = torch.from_numpy(anchor_ids).to(device)
-        pos0 = torch.from_numpy(np.array([r.pos0 for r in reqs], dtype=np.int64)).to(device)
-        context = self._context(chunks)
-        slots, block = [r.slot for r in reqs], torch.from_numpy(block).to(device)
         sampling = [self._samples(r) for r in reqs]
+        rows, chain = self._run_block(reqs, chunks, sampling)
+        for r in reqs:     # context committed up to the anchor; the block's rows are dropped (the crop)
+            self.cache.lengths[r.slot] = r.pos0
+            self.slots[r.slot].pending = []
+        confidence = self._confidence(rows, chain)
+        lengths = self._choose_lengths(reqs, np.full(len(reqs), self.n_draft, dtype=np.int64), confidence)
+        tokens = chain.tokens.tolist()
+        out = {}
+        for i, req in enumerate(reqs):
+            n = int(lengths[i])
+            if n == 0 or n < self.n_min:
+                continue
+            q = torch.softmax(chain.logits[i, :n] / req.temperature, dim=-1) if sampling[i] else None
+            conf = None if confidence is None else torch.from_numpy(confidence[i, :n])
+            out[req.slot] = Draft(tokens[i][:n], q, conf)
+        return out
+
+    def _run_block(self, reqs: list[DraftRequest], chunks, sampling: list[bool]):
+        """One draft forward for every slot: (the rows that give the drafts [S, n, H], BlockChain)."""
+        drafter, device = self.drafter, self.drafter.device
+        anchor_ids = np.array([r.id_last for r in reqs], dtype=np.int64)
+        block = np.full((len(reqs), drafter.block_rows_for(self.n_draft)), self.mask_token_id, dtype=np.int64)
+        block[:, 0] = anchor_ids
+        anchors, block = torch.from_numpy(anchor_ids).to(device), torch.from_numpy(block).to(device)
+        pos0 = torch.from_numpy(np.array([r.pos0 for r in reqs], dtype=np.int64)).to(device)
+        context, slots = self._context(chunks), [r.slot for r in reqs]
         temps = noise = None
         if any(sampling):
             temps = torch.tensor([r.temperature if s else 0.0 for r, s in zip(reqs, sampling)], device=device)
@@ -203,29 +221,9 @@ class DFlash(Proposer):
         if drafter.native is not None:      # one native call: layers, lm_head and chain
             rows, tokens, logits = drafter.draft_native(self.cache, *context, slots, pos0, block, self.n_draft,
                                                         anchors, markov is not None, temps, noise)
-            chain = BlockChain(tokens, teacher_prev_tokens(anchors, tokens), logits)
-        else:
-            rows = drafter.draft_rows(drafter.forward_cached(self.cache, *context, slots, pos0, block))
-            chain = run_block_chain(drafter.logits(rows), anchors, markov, temps, noise)
-        for r in reqs:     # context committed up to the anchor; the block's rows are dropped (the crop)
-            self.cache.lengths[r.slot] = r.pos0
-            self.slots[r.slot].pending = []
-        lengths = np.full(len(reqs), self.n_draft, dtype=np.int64)
-        confidence = self._confidence(rows, chain)
-        lengths = self._choose_lengths(reqs, lengths, confidence)
-
-        tokens = chain.tokens.tolist()
-        out = {}
-        for i, req in enumerate(reqs):
-            n = int(lengths[i])
-            if n == 0 or n < self.n_min:
-                continue
-            q = None
-            if sampling[i]:
-                q = torch.softmax(chain.logits[i, :n] / req.temperature, dim=-1)
-            conf = None if confidence is None else torch.from_numpy(confidence[i, :n])
-            out[req.slot] = Draft(tokens[i][:n], q, conf)
-        return out
+            return rows, BlockChain(tokens, logits, anchors)
+        rows = drafter.draft_rows(drafter.forward_cached(self.cache, *context, slots, pos0, block))
+        return rows, run_block_chain(drafter.logits(rows), anchors, markov, temps, noise)
 
     def _samples(self, req: DraftRequest) -> bool:
         """Whether this slot's drafts are sampled (and carry q) rather than greedy."""

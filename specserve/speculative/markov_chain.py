@@ -22,8 +22,14 @@ import torch
 @dataclass
 class BlockChain:
     tokens: torch.Tensor     # [S, n] int64 drafts
-    prev: torch.Tensor       # [S, n] int64: the token each position was conditioned on (anchor, d_1..d_{n-1})
     logits: torch.Tensor     # [S, n, V] float32 Markov-corrected logits, before temperature
+    anchors: torch.Tensor    # [S] int64
+
+    @property
+    def prev(self) -> torch.Tensor:
+        """[S, n] the token each position was conditioned on (anchor, d_1..d_{n-1}); only the confidence
+        head reads it, so it is not built for every draft."""
+        return teacher_prev_tokens(self.anchors.to(torch.int64), self.tokens)
 
 
 def gumbel_noise(generators: list[torch.Generator | None], sampling: list[bool], n: int, vocab: int,
@@ -59,8 +65,7 @@ def run_block_chain(base_logits: torch.Tensor, anchors: torch.Tensor, markov_hea
             tokens = base_logits.argmax(dim=-1)
         else:
             tokens = (base_logits / scale.unsqueeze(-1) + noise).argmax(dim=-1)
-        prev = torch.cat([anchors.view(-1, 1), tokens[:, :-1]], dim=1)
-        return BlockChain(tokens, prev, base_logits)
+        return BlockChain(tokens, base_logits, anchors)
     w1, w2t = markov_head.serving_weights()
     tokens = torch.empty(n, n_slots, dtype=torch.int64, device=base_logits.device)
     logits = torch.empty(n, n_slots, base_logits.shape[-1], dtype=torch.float32, device=base_logits.device)
@@ -70,9 +75,7 @@ def run_block_chain(base_logits: torch.Tensor, anchors: torch.Tensor, markov_hea
         torch.addmm(base_by_pos[k], w1[prev_k], w2t, out=logits[k])
         prev_k = pick(logits[k], k)
         tokens[k] = prev_k
-    tokens = tokens.t()
-    prev = torch.cat([anchors.view(-1, 1).to(torch.int64), tokens[:, :-1]], dim=1)
-    return BlockChain(tokens, prev, logits.transpose(0, 1))
+    return BlockChain(tokens.t(), logits.transpose(0, 1), anchors)
 
 
 def teacher_prev_tokens(anchors: torch.Tensor, teacher: torch.Tensor) -> torch.Tensor:
