@@ -1,5 +1,8 @@
 """The drafters shipped for the bundled model: each loads, drafts, gets whole runs of drafts
-accepted, keeps greedy output identical in a batch, and the demo runs them all by default."""
+accepted, keeps greedy output identical in a batch, and the demo runs them all by default; the block
+drafters' records say how they were trained and what they reached."""
+import json
+
 import pytest
 
 from specserve import LLM, SamplingParams
@@ -44,3 +47,22 @@ def test_demo_compares_every_spec_type():
     for name in draftless + list(STDLIB_CODER_DRAFTERS):
         line = next(line for line in r.stdout.splitlines() if line.startswith(name + " "))
         assert "output identical to baseline: yes" in line, line
+
+
+def test_block_drafter_cards_record_training_and_held_out_acceptance():
+    """DSpark and DFlash were trained on the same data with the same budget; the records say so, each
+    card states data, steps, time and per-position acceptance at T=0 and T=1, and DSpark's held-out
+    acceptance length is at least 1.15x DFlash's at both temperatures (the DSpark paper's claim)."""
+    records = {}
+    for spec_type in ("draft-dflash", "draft-dspark"):
+        folder = STDLIB_CODER_DRAFTERS[spec_type][0]
+        records[spec_type] = json.loads((folder / "training.json").read_text())
+        card = (folder / "README.md").read_text()
+        for needed in ("training data", "steps", "minutes", "T=0 (", "T=1 (", "Command:"):
+            assert needed in card, (spec_type, needed)
+    dflash, dspark = records["draft-dflash"], records["draft-dspark"]
+    for key in ("steps", "batch_size", "max_len", "anchors", "block_size", "num_layers", "data_path", "seed"):
+        assert dflash["config"][key] == dspark["config"][key], key
+    assert dflash["train_tokens"] == dspark["train_tokens"]
+    for tau in ("tau_greedy", "tau_prob"):
+        assert dspark["eval"][tau] >= 1.15 * dflash["eval"][tau], tau
