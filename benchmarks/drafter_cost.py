@@ -18,16 +18,14 @@ from __future__ import annotations
 
 import argparse
 import tempfile
-import time
 from pathlib import Path
 
-import torch
 
 from specserve import LLM, SamplingParams, kernels
 from specserve.bundled import STDLIB_CODER, shipped_drafters
 from specserve.models.block_drafter import BlockDrafter, save_block_drafter
 from specserve.models.block_drafter_format import new_block_drafter_config
-from specserve.models.step_batch import StepBatch
+from specserve.speculative.step_cost import profile_step_cost
 from specserve.models.transformer import CausalLM
 
 from prompt_sets import CODE_PROMPTS
@@ -38,29 +36,14 @@ BLOCK_SHAPES = [(1, 4, 0), (1, 8, 0), (2, 8, 0), (1, 8, 32), (1, 8, 64), (2, 4, 
                 (3, 8, 64)]
 
 
-def forward_ms_by_rows(rows_list, position: int = 200, reps: int = 50) -> dict[int, float]:
-    """Target forward time (ms, best of 5 rounds) for `rows` new rows after a `position`-token context."""
-    model = CausalLM.from_pretrained(STDLIB_CODER)
-    cache = model.new_cache(1, 1024)
-    prompt = torch.randint(2, model.config.vocab_size, (position,), generator=torch.Generator().manual_seed(0))
-    out = {}
-    with torch.inference_mode():
-        model.forward_step(StepBatch.build([(0, prompt, 0)], [position - 1]), cache)
-        for rows in rows_list:
-            tokens = prompt[:rows].clone()
-            best = float("inf")
-            for _ in range(5):
-                t0 = time.perf_counter()
-                for _ in range(reps):
-                    cache.lengths[0] = position
-                    model.forward_step(StepBatch.build([(0, tokens, position)], list(range(rows))), cache)
-                best = min(best, (time.perf_counter() - t0) / reps)
-            out[rows] = best * 1e3
-    return out
+def forward_ms_by_rows(target: CausalLM, rows_list, position: int = 200) -> dict[int, float]:
+    """Target forward time (ms) for `rows` new rows after a `position`-token context, from the cost
+    table --spec-schedule profiles (medians, fitted by a line)."""
+    table = profile_step_cost(target, 1, max(rows_list), context=position)
+    return {rows: 1e3 / table.steps_per_second(rows) for rows in rows_list}
 
 
-def random_block_drafter(folder: Path, layers: int, block: int, rank: int) -> Path:
-    target = CausalLM.from_pretrained(STDLIB_CODER, dtype="float32")
+def random_block_drafter(target: CausalLM, folder: Path, layers: int, block: int, rank: int) -> Path:
     config = new_block_drafter_config(target.config, block_size=block, num_layers=layers, mask_token_id=1,
                                       markov_rank=rank, confidence_head=rank > 0, model_dir=folder)
     model = BlockDrafter(config)
@@ -93,16 +76,17 @@ def main() -> None:
         write_markdown(args, earlier[-1])
         return
     kernels.set_threads(1)
-    verify = forward_ms_by_rows([1, 2, 4, 5, 9, 17])
+    verify = forward_ms_by_rows(CausalLM.from_pretrained(STDLIB_CODER), [1, 2, 4, 5, 9, 17])
     rows = []
     for spec_type, (folder, n_max) in shipped_drafters().items():
         ms, tau = draft_call_ms(spec_type, folder, n_max, args.n_tokens)
         rows.append({"drafter": f"shipped {spec_type}", "spec_type": spec_type, "n": n_max, "draft_ms": ms,
                      "tau": tau})
+    float_target = CausalLM.from_pretrained(STDLIB_CODER, dtype="float32")     # shapes for the random drafters
     with tempfile.TemporaryDirectory() as tmp:
         for layers, block, rank in BLOCK_SHAPES:
             spec_type = "draft-dspark" if rank else "draft-dflash"
-            folder = random_block_drafter(Path(tmp) / f"{layers}-{block}-{rank}", layers, block, rank)
+            folder = random_block_drafter(float_target, Path(tmp) / f"{layers}-{block}-{rank}", layers, block, rank)
             ms, _ = draft_call_ms(spec_type, folder, block, args.n_tokens)
             rows.append({"drafter": f"{spec_type}: {layers} layer(s), block {block}, rank {rank}",
                          "spec_type": spec_type, "n": block, "draft_ms": ms, "tau": None})
@@ -135,7 +119,7 @@ def markdown_table(record: dict) -> str:
 
 def write_markdown(args, record: dict) -> None:
     conditions = (f"stdlib-coder, one slot, greedy, {record['threads']} thread(s), native kernels; forward times "
-                  f"after a 200-token context.")
+                  f"after a 200-token context, as --spec-schedule profiles them (medians fitted by a line).")
     results_table.write_table(args, "What a drafter costs, and the acceptance it needs to pay",
                               markdown_table(record), conditions, record.get("machine"))
 

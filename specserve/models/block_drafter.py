@@ -54,22 +54,27 @@ class MarkovHead(nn.Module):
     def forward(self, prev_tokens: torch.Tensor) -> torch.Tensor:
         return self.markov_w2(self.markov_w1(prev_tokens))
 
-    def serving_weights(self) -> tuple[torch.Tensor, torch.Tensor]:
-        """float32 W1 [V, r] and W2^T [r, V], converted once per weight version."""
+    def _converted(self) -> tuple:
+        """(float32 W1 [V, r], float32 W2^T [r, V], bfloat16 W2^T), converted once per weight version."""
         w1, w2 = self.markov_w1.weight, self.markov_w2.weight
         key = (w1.data_ptr(), w1._version, w2.data_ptr(), w2._version)
         cached = getattr(self, "_serving_cache", None)
         if cached is None or cached[0] != key:
             w2t = w2.detach().float().t().contiguous()
-            # the native chain reads W2^T in bfloat16: all of it at every block position, at half the bytes
             cached = (key, w1.detach().float(), w2t, w2t.bfloat16())
             self._serving_cache = cached
-        return cached[1], cached[2]
+        return cached[1:]
+
+    def serving_weights(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """float32 W1 and W2^T for the PyTorch chain."""
+        w1, w2t, _ = self._converted()
+        return w1, w2t
 
     def native_weights(self) -> tuple[torch.Tensor, torch.Tensor]:
-        """float32 W1 and bfloat16 W2^T for the native chain (kernels/native/block_draft.cpp)."""
-        self.serving_weights()
-        return self._serving_cache[1], self._serving_cache[3]
+        """float32 W1 and bfloat16 W2^T for the native chain (kernels/native/block_draft.cpp), which reads
+        all of W2 at every block position: half the bytes."""
+        w1, _, w2t_bf16 = self._converted()
+        return w1, w2t_bf16
 
 
 class ConfidenceHead(nn.Module):
@@ -111,7 +116,7 @@ class BlockDrafter(nn.Module):
         self.native: NativeLayers | None = None               # built by new_cache() on the native kernels
         self.packed_fc: PackedLinear | None = None
         self.quant: str | None = None
-        self.target_ref: tuple = ()                           # (target,): its packed lm_head serves the logits
+        self.target_ref: tuple = ()                           # (target,): the native draft call uses its packed lm_head
 
     # ------------------------------------------------------------------ loading
     @classmethod
@@ -167,9 +172,6 @@ class BlockDrafter(nn.Module):
         """Target lm_head over draft rows, float32 [..., V]."""
         shape = hidden_normed.shape
         flat = hidden_normed.reshape(-1, shape[-1])
-        target = self.target_ref[0] if self.target_ref else None
-        if self.native is not None and target is not None and target.prepare_native():
-            return target.native.head(flat).view(*shape[:-1], -1)
         return linear(flat.to(self.shared.lm_head.dtype), self.shared.lm_head).float().view(*shape[:-1], -1)
 
     def draft_rows(self, hidden: torch.Tensor) -> torch.Tensor:

@@ -30,6 +30,7 @@ from .base import Draft, DraftRequest, Proposer, ProposerContext, TargetBatch
 from .confidence_schedule import confident_prefix_lengths
 from .draft_options import draft_settings
 from .markov_chain import BlockChain, gumbel_noise, run_block_chain
+from .row_range import RowRange
 
 log = logging.getLogger("specserve.speculative")
 
@@ -37,29 +38,17 @@ SAMPLE_MODES = ("auto", "greedy", "sample")
 
 
 @dataclass
-class _Rows:
-    """n rows of a forward's taps from row `start`, read (sliced and joined) only when a draft needs
-    them: with --spec-schedule most steps may not draft, and small tensor operations cost µs each."""
-    pos0: int
-    taps: list[torch.Tensor]
-    start: int
-    n: int
-
-    def features(self) -> list[torch.Tensor]:
-        return [t[self.start:self.start + self.n] for t in self.taps]
-
-
-@dataclass
 class _SlotContext:
-    """Committed target features not yet in the draft cache, and the last verification's rows."""
-    pending: list[_Rows] = field(default_factory=list)
-    tail: _Rows | None = None
+    """Committed target taps not yet in the draft cache, and the last verification's rows, as
+    (first position, rows of the forward's taps)."""
+    pending: list[tuple[int, RowRange]] = field(default_factory=list)
+    tail: tuple[int, RowRange] | None = None
     tail_kept: int = 1              # id_last is always committed; accept() adds the accepted drafts
 
     def flush_tail(self) -> None:
         if self.tail is not None:
-            self.tail.n = self.tail_kept
-            self.pending.append(self.tail)
+            pos0, rows = self.tail
+            self.pending.append((pos0, rows.part(0, self.tail_kept)))
             self.tail = None
 
 
@@ -128,14 +117,14 @@ class DFlash(Proposer):
         segments = batch.step.segments
         if not segments:
             return
-        taps = [batch.out.taps[layer] for layer in self.taps]
+        taps = tuple(batch.out.taps[layer] for layer in self.taps)
         for seg in segments:
             state = self.slots[seg.slot]
             if seg.pos0 == 0:           # a new request in this slot
                 self._reset(seg.slot)
                 state = self.slots[seg.slot]
             state.flush_tail()
-            rows = _Rows(seg.pos0, taps, seg.start, seg.n_rows)
+            rows = (seg.pos0, RowRange(taps, seg.start, seg.n_rows))
             if batch.is_prompt.get(seg.slot, False):
                 state.pending.append(rows)
             else:
@@ -147,13 +136,13 @@ class DFlash(Proposer):
     def release(self, slot: int) -> None:
         self._reset(slot)
 
-    def _new_context(self, req: DraftRequest) -> list[_Rows] | None:
+    def _new_context(self, req: DraftRequest) -> list[tuple[int, RowRange]] | None:
         """The committed rows from the draft cache's length up to the anchor, or None if out of step."""
         state = self.slots[req.slot]
         state.flush_tail()
         expected = self.cache.length(req.slot)
-        for rows in state.pending:
-            if rows.pos0 != expected:
+        for pos0, rows in state.pending:
+            if pos0 != expected:
                 break
             expected += rows.n
         if expected != req.pos0:
@@ -164,16 +153,16 @@ class DFlash(Proposer):
         return state.pending
 
     # ------------------------------------------------------------------ drafting
-    def _context(self, chunks: list[tuple[int, _Rows]]):
+    def _context(self, chunks: list[tuple[int, int, RowRange]]):
         """(features [C, taps * H], slots [C], positions [C]) of the new context rows, or three Nones.
         Index arrays are built in numpy: a draft call is short, and small torch ops cost µs each."""
         if not chunks:
             return None, None, None
         device = self.drafter.device
-        per_tap = zip(*(rows.features() for _, rows in chunks))
+        per_tap = zip(*(rows.rows() for _, _, rows in chunks))
         feats = torch.cat([torch.cat(rows) if len(rows) > 1 else rows[0] for rows in per_tap], dim=-1)
-        slots = np.concatenate([np.full(rows.n, slot, dtype=np.int64) for slot, rows in chunks])
-        positions = np.concatenate([np.arange(rows.pos0, rows.pos0 + rows.n, dtype=np.int64) for _, rows in chunks])
+        slots = np.concatenate([np.full(rows.n, slot, dtype=np.int64) for slot, _, rows in chunks])
+        positions = np.concatenate([np.arange(pos0, pos0 + rows.n, dtype=np.int64) for _, pos0, rows in chunks])
         return feats, torch.from_numpy(slots).to(device), torch.from_numpy(positions).to(device)
 
     def draft(self, requests: list[DraftRequest]) -> dict[int, Draft]:
@@ -182,7 +171,7 @@ class DFlash(Proposer):
             pending = self._new_context(req)
             if pending is not None:
                 reqs.append(req)
-                chunks += [(req.slot, rows) for rows in pending]
+                chunks += [(req.slot, pos0, rows) for pos0, rows in pending]
         if not reqs:
             return {}
         sampling = [self._samples(r) for r in reqs]

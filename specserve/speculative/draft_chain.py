@@ -42,6 +42,11 @@ class ChainRows:
 StepFn = Callable[[StepBatch, "torch.Tensor | None"], "tuple[torch.Tensor | None, torch.Tensor | None]"]
 
 
+def draft_cap(settings: SimpleNamespace, req: DraftRequest) -> int:
+    """Most tokens to draft for this request: --spec-draft-n-max, or the caller's smaller cap."""
+    return settings.n_max if req.n_max <= 0 else min(settings.n_max, req.n_max)
+
+
 def pick_tokens(logits: torch.Tensor, requests: list[DraftRequest], settings: SimpleNamespace,
                 id_map: torch.Tensor | None, vocab_size: int):
     """Top-10 pick per row. Returns (target token ids [S], top-1 probability [S], q rows or None per row)."""
@@ -109,8 +114,7 @@ def run_chain(requests: list[DraftRequest], first: list[ChainRows], step: StepFn
             tokens[r.slot].append(chosen[i])
             if q_rows[i] is not None:
                 q_probs[r.slot].append(q_rows[i])
-            cap = settings.n_max if req.n_max <= 0 else min(settings.n_max, req.n_max)
-            if len(tokens[r.slot]) >= cap:
+            if len(tokens[r.slot]) >= draft_cap(settings, req):
                 continue
             next_rows.append(ChainRows(r.slot, torch.tensor([chosen[i]]), r.pos0 + r.tokens.shape[0]))
             keep.append(i)

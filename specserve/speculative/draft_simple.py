@@ -16,7 +16,7 @@ from ..errors import OptionError
 from ..models.step_batch import StepBatch
 from ..models.transformer import CausalLM
 from .base import Draft, DraftRequest, Proposer, ProposerContext
-from .draft_chain import ChainRows, feed_long_catch_ups, run_chain
+from .draft_chain import ChainRows, draft_cap, feed_long_catch_ups, run_chain
 from .draft_options import draft_settings
 from .vocab_compat import check_vocab_compatible
 
@@ -80,7 +80,7 @@ class DraftSimple(Proposer):
         """run_chain's greedy drafts with every step in one native call (small Python operations between
         native calls run on cold caches and cost more than the draft model's layers)."""
         feed_long_catch_ups(first, self._step)
-        caps = [self.settings.n_max if r.n_max <= 0 else min(self.settings.n_max, r.n_max) for r in requests]
+        caps = [draft_cap(self.settings, r) for r in requests]
         n = max(caps)
         batch = StepBatch.build([(r.slot, r.tokens, r.pos0) for r in first],
                                 (np.cumsum([r.tokens.shape[0] for r in first]) - 1).tolist())

@@ -20,8 +20,6 @@ The features are stored as the target gives them and projected (EAGLE-3's fc) wh
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
-
 import numpy as np
 import torch
 
@@ -29,23 +27,9 @@ from ..models.step_batch import StepBatch
 from .base import Draft, DraftRequest, Proposer, ProposerContext, TargetBatch
 from .draft_chain import ChainRows, run_chain
 from .draft_options import draft_settings
+from .row_range import RowRange
 
 log = logging.getLogger("specserve.speculative")
-
-
-@dataclass
-class FeatureRows:
-    """Rows [start, start + n) of one forward's features, sliced only when a draft feeds them: with
-    --spec-schedule most steps may not draft, and small tensor operations cost µs each."""
-    feats: torch.Tensor
-    start: int
-    n: int
-
-    def get(self) -> torch.Tensor:
-        return self.feats[self.start:self.start + self.n]
-
-    def part(self, first: int, n: int) -> "FeatureRows":
-        return FeatureRows(self.feats, self.start + first, n)
 
 
 class SlotRows:
@@ -56,17 +40,17 @@ class SlotRows:
 
     def reset(self) -> None:
         self.tokens: list[np.ndarray] = []
-        self.hidden: list[FeatureRows] = []
+        self.hidden: list[RowRange] = []
         self.queue_pos0 = 0                  # position of the first queued row
         self.n_queued = 0
-        self.pending: FeatureRows | None = None
+        self.pending: RowRange | None = None
         self.pending_pos = -1
         self.verify_pos0 = -1
-        self.verify: FeatureRows | None = None
+        self.verify: RowRange | None = None
         self.fed = 0                         # draft cache rows [0, fed) are known correct
         self.broken = False                  # state lost mid-request: no drafts until the next request
 
-    def queue(self, tokens: np.ndarray, hidden: FeatureRows, pos0: int) -> None:
+    def queue(self, tokens: np.ndarray, hidden: RowRange, pos0: int) -> None:
         skip = max(0, self.fed - pos0)       # rows the draft cache already holds
         if skip >= tokens.shape[0]:
             return
@@ -145,7 +129,7 @@ class HiddenChainProposer(Proposer):
             if st.broken:
                 continue
             toks = tokens[seg.start:seg.start + seg.n_rows]
-            rows = FeatureRows(feats, seg.start, seg.n_rows)
+            rows = RowRange((feats,), seg.start, seg.n_rows)
             try:
                 if st.pending is not None and st.pending_pos == seg.pos0 - 1:
                     st.queue(toks[:1], st.pending, st.pending_pos)
@@ -177,7 +161,7 @@ class HiddenChainProposer(Proposer):
             if start != min(st.fed, st.pending_pos) or not self.truncate_cache(req.slot, start):
                 continue
             tokens = torch.from_numpy(np.concatenate(st.tokens + [np.array([req.id_last], dtype=np.int64)]))
-            hidden = self.project(torch.cat([h.get() for h in st.hidden] + [st.pending.get()]))
+            hidden = self.project(torch.cat([h.rows()[0] for h in st.hidden + [st.pending]]))
             first.append(ChainRows(req.slot, tokens, start, hidden))
             st.tokens, st.hidden, st.n_queued = [], [], 0
             st.fed = st.pending_pos + 1          # the seed row pairs the pending feature with id_last: final

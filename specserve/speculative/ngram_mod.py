@@ -126,8 +126,7 @@ class NgramMod(TokenProposer):
     def __init__(self, ctx):
         super().__init__(ctx)
         own = read_options(self.options, ctx.options, prefix="spec_ngram_mod_")
-        for opt in self.options:
-            value = opt.value(ctx.options)
+        for opt, value in zip(self.options, vars(own).values()):
             if not 1 <= value <= 1024:
                 raise OptionError(f"{opt.flags[0]} must be in 1..1024 (got {value})")
         self.n, self.n_min, self.n_max = own.n_match, own.n_min, own.n_max

@@ -1,0 +1,26 @@
+"""Rows of a target forward's outputs kept by reference until a draft reads them.
+
+With --spec-schedule most steps may not draft, and each small tensor operation costs µs (it runs on
+caches the step's weights just evicted, docs/speed.md), so the drafters that read the target's
+features (DFlash / DSpark taps, EAGLE-3 / MTP features) slice them only when a draft feeds them.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass
+class RowRange:
+    """Rows [start, start + n) of each tensor in `tensors` (one forward's outputs, [N, ...] each)."""
+    tensors: tuple[torch.Tensor, ...]
+    start: int
+    n: int
+
+    def rows(self) -> list[torch.Tensor]:
+        return [t[self.start:self.start + self.n] for t in self.tensors]
+
+    def part(self, first: int, n: int) -> "RowRange":
+        """Rows [first, first + n) of this range."""
+        return RowRange(self.tensors, self.start + first, n)
