@@ -8,6 +8,8 @@ Two kinds of trainers:
       add_arguments(group)      its own options (prefixed by the method name in their help)
       train(job) -> dict        job: train/drafter_common.DrafterJob; returns a summary (also written as JSON)
 The data is a regen_data.py file (`python -m specserve.train.regen_data`).
+Under torchrun (`torchrun --nproc-per-node N -m specserve train-draft ...`) every method trains
+data-parallel: train/data_parallel.py.
 """
 from __future__ import annotations
 
@@ -24,6 +26,7 @@ from ..errors import OptionError
 from ..llm import BUNDLED_MODEL
 from ..models.block_drafter_backbone import DRAFT_ARCHS
 from ..models.config import load_config
+from ..train.data_parallel import DataParallel
 from ..train.methods import BLOCK_METHODS, CHAIN_TRAINERS, METHODS, canonical_method
 
 # defaults that differ by kind: (block drafters, chain drafters)
@@ -44,7 +47,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", required=True, help="output folder for the drafter")
     parser.add_argument("--steps", type=int, help="optimiser steps (fixes the LR schedule; 1000 block, 1500 chain)")
     parser.add_argument("--lr", type=float, help="peak learning rate (6e-4 block, 1e-3 chain)")
-    parser.add_argument("--batch-size", type=int, help="sequences per step (4 block, 8 chain)")
+    parser.add_argument("--batch-size", type=int, help="sequences per step (4 block, 8 chain); under torchrun the "
+                                                       "global batch, split over the ranks")
     parser.add_argument("--seq-len", "--max-len", dest="seq_len", type=int, default=512,
                         help="tokens per sequence (longer ones are cut)")
     parser.add_argument("--eval-samples", type=int, help="held-out samples measuring acceptance (32 block, 16 chain)")
@@ -73,6 +77,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                        help="wall-clock budget: the schedule also follows elapsed time and the run ends when it "
                             "is spent (0 = steps only)")
     chain.add_argument("--warmup", type=int, default=50, help="warmup steps")
+    chain.add_argument("--precision", choices=("bf16", "f32"), default="bf16",
+                       help="the drafter's forward: bf16 autocast (default, faster) or f32 (slower; the same "
+                            "weights at any torchrun world size, to float rounding)")
     for method in CHAIN_TRAINERS:
         _trainer(method).add_arguments(chain)
 
@@ -114,10 +121,15 @@ def run(args) -> int:
         if getattr(args, name) is None:
             setattr(args, name, defaults[kind])
     check_options(args, block=kind == 0)
-    return run_block_drafter(args) if kind == 0 else run_chain_drafter(args)
+    dp = DataParallel.from_environment()
+    try:
+        dp.check_batch(args.batch_size)
+        return run_block_drafter(args, dp) if kind == 0 else run_chain_drafter(args, dp)
+    finally:
+        dp.close()
 
 
-def run_block_drafter(args) -> int:
+def run_block_drafter(args, dp: DataParallel) -> int:
     from ..train.block_trainer import BlockTrainConfig, BlockTrainer
     if args.max_minutes:
         raise OptionError("--max-minutes is not supported by draft-dflash/draft-dspark: set --steps")
@@ -129,13 +141,14 @@ def run_block_drafter(args) -> int:
         init_from_target=not args.no_init_from_target, lr=args.lr, gamma=args.gamma, seed=args.seed,
         checkpoint_every=args.checkpoint_every, eval_samples=args.eval_samples, threads=args.threads,
         command=_command_line(args))
-    final = BlockTrainer(cfg, progress=not args.no_progress).train()
-    print(f"wrote {args.out}: held-out tau_prob {final.get('tau_prob', 1):.3f}, "
-          f"tau_greedy {final.get('tau_greedy', 1):.3f}")
+    final = BlockTrainer(cfg, progress=not args.no_progress, dp=dp).train()
+    if dp.is_main:
+        print(f"wrote {args.out}: held-out tau_prob {final.get('tau_prob', 1):.3f}, "
+              f"tau_greedy {final.get('tau_greedy', 1):.3f}")
     return 0
 
 
-def run_chain_drafter(args) -> int:
+def run_chain_drafter(args, dp: DataParallel) -> int:
     from ..train.draft_loop import LoopSettings
     from ..train.draft_windows import split_samples
     from ..train.drafter_common import DrafterJob
@@ -157,8 +170,11 @@ def run_chain_drafter(args) -> int:
                      loop=LoopSettings(steps=args.steps, lr=args.lr, warmup=args.warmup, max_minutes=args.max_minutes),
                      batch_size=args.batch_size, seq_len=args.seq_len, seed=args.seed,
                      command=_command_line(args),
-                     data_path=str(data), options=dict(vars(args)), log=lambda m: print(m, flush=True))
+                     data_path=str(data), options=dict(vars(args)), log=lambda m: print(m, flush=True), dp=dp,
+                     precision=args.precision)
     summary = _trainer(args.method).train(job)
+    if not dp.is_main:
+        return 0
     (job.out_dir / "training_summary.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
     print(json.dumps(summary["acceptance"]))
     return 0

@@ -9,7 +9,7 @@ and only a contiguous valid prefix of each block is trained (DeepSpec's cumprod)
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 import torch
 
@@ -23,6 +23,11 @@ class BlockBatch:
     block_tokens: torch.Tensor  # [Bz, N, nb]
     labels: torch.Tensor        # [Bz, N, n] int64: tokens[a + 1 + k] (0 where invalid)
     valid: torch.Tensor         # [Bz, N, n] bool: label exists, block kept, contiguous prefix
+
+    def rows(self, part: slice) -> "BlockBatch":
+        """The sequences `part` of the batch (a data-parallel rank's share; the padding stays the
+        global batch's, so every row is computed exactly as in the whole batch)."""
+        return BlockBatch(*(getattr(self, f.name)[part] for f in fields(self)))
 
 
 def sample_anchors(n_prompt: int, length: int, n_anchors: int, generator: torch.Generator

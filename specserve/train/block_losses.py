@@ -12,6 +12,7 @@ same product over argmax agreements with the target (tau_greedy) estimates it at
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable
 
 import torch
 import torch.nn.functional as F
@@ -29,12 +30,15 @@ LOSS_WEIGHTS = {"draft-dflash": LossWeights(1.0, 0.0, 0.0), "draft-dspark": Loss
 
 def block_losses(draft_logits: torch.Tensor, target_logits: torch.Tensor, labels: torch.Tensor,
                  positions: torch.Tensor, conf_logits: torch.Tensor | None, weights: LossWeights,
-                 gamma: float) -> tuple[torch.Tensor, dict, torch.Tensor, torch.Tensor]:
+                 gamma: float, denominator: Callable[[torch.Tensor], torch.Tensor] | None = None,
+                 ) -> tuple[torch.Tensor, dict, torch.Tensor, torch.Tensor]:
     """Rows are the valid draft positions of all blocks, flattened: logits [M, V], labels/positions [M].
+    `denominator` turns the rows' weight sum into the normaliser (data-parallel training passes
+    DataParallel.denominator, which makes it global).
 
     Returns (total loss, scalar metrics, c* [M], argmax agreement with the target [M])."""
     w = torch.exp(-positions.float() / gamma)
-    w_sum = w.sum().clamp_min(1e-8)
+    w_sum = denominator(w.sum()) if denominator is not None else w.sum().clamp_min(1e-8)
     ce = F.cross_entropy(draft_logits, labels, reduction="none")
     draft_p = torch.softmax(draft_logits, dim=-1)
     target_p = torch.softmax(target_logits, dim=-1)

@@ -8,7 +8,9 @@ shares the target's embedding and lm_head (frozen, never copied). Both methods u
 anchor-first layout and are written in the DeepSpec format (`sample_from_anchor` explicit).
 Checkpoints (model, optimizer, schedule) are written every `checkpoint_every` steps and a run
 restarted with the same output folder resumes from the last one; the data order and anchors
-are a function of (seed, step), so a resumed run sees what an uninterrupted one would.
+are a function of (seed, step), so a resumed run sees what an uninterrupted one would, and under
+torchrun every rank builds the same global batch and trains on its share of the rows
+(data_parallel.py): any world size takes the same steps, and a run resumes at any world size.
 """
 from __future__ import annotations
 
@@ -32,6 +34,7 @@ from ..models.transformer import CausalLM
 from ..speculative.markov_chain import teacher_prev_tokens
 from .block_anchors import BlockBatch, make_block_batch
 from .block_losses import LOSS_WEIGHTS, acceptance_estimates, block_losses
+from .data_parallel import DataParallel
 from .methods import BLOCK_METHODS, canonical_method
 
 log = logging.getLogger("specserve.train")
@@ -110,12 +113,15 @@ def init_from_target(model: BlockDrafter, target: CausalLM) -> bool:
 
 
 class BlockTrainer:
-    def __init__(self, cfg: BlockTrainConfig, samples: list | None = None, progress: bool = True):
+    def __init__(self, cfg: BlockTrainConfig, samples: list | None = None, progress: bool = True,
+                 dp: DataParallel = DataParallel()):
         cfg = replace(cfg, method=canonical_method(cfg.method))
         if cfg.method not in BLOCK_METHODS:
             raise OptionError(f"--method must be one of {', '.join(BLOCK_METHODS)}, got {cfg.method!r}")
+        dp.check_batch(cfg.batch_size)
         self.cfg = cfg
-        self.progress = progress
+        self.dp = dp
+        self.progress = progress and dp.is_main
         self.out = Path(cfg.out_dir)
         if cfg.threads > 0:
             torch.set_num_threads(cfg.threads)
@@ -140,6 +146,7 @@ class BlockTrainer:
         self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=cfg.lr, betas=(0.9, 0.95), weight_decay=0.0)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, lambda s: _lr_factor(s, cfg))
         self.step = 0
+        self.train_losses = dp.wrap(self.model, lambda batch: self.losses(batch, dp.denominator))
 
     # ------------------------------------------------------------------ data
     def _load_samples(self, samples):
@@ -153,7 +160,7 @@ class BlockTrainer:
         if path.exists():
             return regen_data.load_regen_dataset(path)
         kwargs = {"n_samples": self.cfg.data_samples} if self.cfg.data_samples else {}
-        return regen_data.build_regen_dataset(self.cfg.target_dir, path, seed=self.cfg.seed, **kwargs)
+        return regen_data.build_regen_dataset(self.cfg.target_dir, path, seed=self.cfg.seed, dp=self.dp, **kwargs)
 
     def _split(self):
         usable = [s for s in self.samples if len(s.tokens) - max(int(s.n_prompt), 0) >= 3]
@@ -197,7 +204,7 @@ class BlockTrainer:
                                 shape.mask_token_id, torch.Generator().manual_seed(seed))
 
     # ------------------------------------------------------------------ one forward
-    def losses(self, batch: BlockBatch):
+    def losses(self, batch: BlockBatch, denominator=None):
         model, target = self.model, self.target
         ids = model.config.target_layer_ids
         with torch.no_grad():
@@ -218,7 +225,7 @@ class BlockTrainer:
             target_logits = self.target.logits(target_rows.view(*batch.valid.shape, -1)[batch.valid])
         conf = model.confidence_logits(rows, prev) if model.confidence_head is not None else None
         total, metrics, accept, match = block_losses(logits, target_logits, labels, positions, conf, self.weights,
-                                                     self.cfg.gamma)
+                                                     self.cfg.gamma, denominator)
         block_accept = torch.zeros(batch.valid.shape)
         block_match = torch.zeros(batch.valid.shape)
         block_accept[batch.valid] = accept
@@ -299,16 +306,17 @@ class BlockTrainer:
         running: dict[str, float] = {}
         bar = tqdm(total=cfg.steps, initial=self.step, disable=not self.progress, desc=f"train {cfg.method}",
                    dynamic_ncols=True)
-        if resumed:
+        if resumed and self.dp.is_main:
             bar.write(f"resumed from {self.checkpoint_path} at step {self.step}")
         first = self.step
         while self.step < cfg.steps:
             if stop_after is not None and self.step - first >= stop_after:
-                self.save_checkpoint()
+                self._on_main(self.save_checkpoint)
                 bar.close()
                 return {}
             batch = self.make_batch(self._batch_samples(self.step), cfg.seed * 7919 + self.step)
-            total, metrics = self.losses(batch)
+            total, metrics = self.train_losses(batch.rows(self.dp.share(cfg.batch_size)))
+            metrics = self.dp.average(metrics)
             self.optimizer.zero_grad(set_to_none=True)
             total.backward()
             grad_norm = float(torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.clip))
@@ -320,21 +328,30 @@ class BlockTrainer:
             bar.update(1)
             bar.set_postfix(loss=f"{running['loss']:.3f}", acc0=f"{running.get('accept_rate@0', 0):.2f}",
                             tau=f"{running.get('tau_prob', 1):.2f}")
-            if self.step % cfg.log_every == 0 or self.step == cfg.steps:
+            if (self.step % cfg.log_every == 0 or self.step == cfg.steps) and self.dp.is_main:
                 self._log({"step": self.step, "lr": self.scheduler.get_last_lr()[0], "grad_norm": grad_norm,
                            "elapsed_s": time.perf_counter() - t0, **metrics})
             if self.step % cfg.checkpoint_every == 0 or self.step == cfg.steps:
-                self.save_checkpoint()
-                evaluation = self.evaluate()
-                if evaluation:
-                    self._log({"step": self.step, "eval": evaluation})
-                    bar.write(f"step {self.step}: eval tau_prob {evaluation.get('tau_prob', 1):.3f} "
-                              f"tau_greedy {evaluation.get('tau_greedy', 1):.3f} "
-                              f"accept_rate@0 {evaluation.get('accept_rate@0', 0):.3f}")
+                self._on_main(self._checkpoint_and_evaluate, bar)
         bar.close()
-        final = self.evaluate()
-        self.export(final, time.perf_counter() - t0)
+        final = self._on_main(self.evaluate) or {}
+        self._on_main(self.export, final, time.perf_counter() - t0)
         return final
+
+    def _on_main(self, fn, *args):
+        """fn(*args) on rank 0 only (files, evaluation); the other ranks wait for it."""
+        result = fn(*args) if self.dp.is_main else None
+        self.dp.barrier()
+        return result
+
+    def _checkpoint_and_evaluate(self, bar) -> None:
+        self.save_checkpoint()
+        evaluation = self.evaluate()
+        if evaluation:
+            self._log({"step": self.step, "eval": evaluation})
+            bar.write(f"step {self.step}: eval tau_prob {evaluation.get('tau_prob', 1):.3f} "
+                      f"tau_greedy {evaluation.get('tau_greedy', 1):.3f} "
+                      f"accept_rate@0 {evaluation.get('accept_rate@0', 0):.3f}")
 
     def export(self, evaluation: dict, seconds: float) -> Path:
         n_tokens = sum(len(s.tokens) for s in self.train_set)

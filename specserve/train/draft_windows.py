@@ -21,13 +21,17 @@ class WindowBatch:
 
 
 class WindowSampler:
-    def __init__(self, samples, seq_len: int, batch_size: int, seed: int = 0):
+    """Batches of `batch_size` random windows; `rows` keeps a data-parallel rank's share of each
+    (every rank draws the whole global batch, so the random stream is the same at any world size)."""
+
+    def __init__(self, samples, seq_len: int, batch_size: int, seed: int = 0, rows: slice = slice(None)):
         usable = [s for s in samples if len(s.tokens) > max(s.n_prompt, 1)]
         if not usable:
             raise ValueError("no training sample has a regenerated continuation")
         self.samples = usable
         self.seq_len = seq_len
         self.batch_size = batch_size
+        self.keep = rows
         self.rng = np.random.default_rng(seed)
         self.order = np.arange(0)
         self.cursor = 0
@@ -59,7 +63,8 @@ class WindowSampler:
 
     def next_batch(self) -> WindowBatch:
         rows = [self.window(self.samples[self._next_index()]) for _ in range(self.batch_size)]
-        length = max(len(t) for t, _ in rows)
+        length = max(len(t) for t, _ in rows)          # the global batch's padding
+        rows = rows[self.keep]
         tokens = np.zeros((len(rows), length), dtype=np.int64)
         mask = np.zeros((len(rows), length), dtype=bool)
         for i, (t, m) in enumerate(rows):

@@ -13,7 +13,9 @@ import torch.nn.functional as F
 from ..llm import LLM
 from ..models.transformer import CausalLM
 from ..sampling import SamplingParams
+from .data_parallel import DataParallel
 from .draft_loop import LoopSettings
+from .draft_windows import WindowSampler
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "chat_template.jinja",
                    "generation_config.json")
@@ -34,6 +36,18 @@ class DrafterJob:
     data_path: str = ""
     options: dict = field(default_factory=dict)   # method-specific option values
     log: Callable[[str], None] = print
+    dp: DataParallel = DataParallel()         # torchrun's ranks (train on a share of each batch)
+    precision: str = "bf16"                   # the drafter's forward: bf16 autocast, or f32
+
+    def autocast(self):
+        """bf16 autocast (faster on CPUs with bf16 units), or plain float32, which takes the same
+        steps at any world size to float rounding (bf16 products change with the batch's shape)."""
+        return torch.autocast("cpu", dtype=torch.bfloat16, enabled=self.precision == "bf16")
+
+    def sampler(self) -> WindowSampler:
+        """Training windows: the global batch's random stream, this rank's rows."""
+        return WindowSampler(self.train_samples, self.seq_len, self.batch_size, self.seed,
+                             self.dp.share(self.batch_size))
 
 
 def load_frozen_target(target_dir: Path) -> CausalLM:
@@ -48,9 +62,12 @@ def target_distribution(target: CausalLM, final_hidden: torch.Tensor) -> torch.T
     return torch.softmax(target.logits(final_hidden), dim=-1)
 
 
-def soft_cross_entropy(logits: torch.Tensor, probs: torch.Tensor) -> torch.Tensor:
-    """Mean over rows of -sum p log q: the KL to the target's distribution, up to a constant."""
-    return -(probs * F.log_softmax(logits.float(), dim=-1)).sum(-1).mean()
+def soft_cross_entropy(logits: torch.Tensor, probs: torch.Tensor,
+                       denominator: Callable = DataParallel().denominator) -> torch.Tensor:
+    """Mean over rows of -sum p log q: the KL to the target's distribution, up to a constant.
+    `denominator` turns the row count into the normaliser (DataParallel.denominator: the global one)."""
+    per_row = -(probs * F.log_softmax(logits.float(), dim=-1)).sum(-1)
+    return per_row.sum() / denominator(per_row.shape[0])
 
 
 def copy_tokenizer(target_dir: Path, out_dir: Path) -> None:

@@ -6,9 +6,11 @@ training split of the Python standard library (the bundled model's own training 
 never the held-out ones), and the target continues each prompt through this project's
 engine, half of the samples greedily and half sampled (T=0.7, top-k 20, top-p 0.8, the
 DeepSpec settings). Everything is seeded, and the engine's output does not depend on
-batch composition, so the same settings always give the same file.
+batch composition, so the same settings always give the same file. Under torchrun each rank
+regenerates every world-th sample and rank 0 writes the file: the same file at any world size.
 
     python -m specserve.train.regen_data --target specserve/bundled/stdlib-coder --out runs/regen.npz
+    torchrun --nproc-per-node 2 -m specserve.train.regen_data --target ... --out runs/regen.npz
 """
 from __future__ import annotations
 
@@ -29,6 +31,7 @@ from ..errors import OptionError, SpecServeError
 from ..llm import LLM
 from ..sampling import SamplingParams
 from .corpus import list_files, read_source, split_files, stdlib_root
+from .data_parallel import DataParallel
 
 
 @dataclass
@@ -146,40 +149,57 @@ def sampling_params(cfg: RegenSettings) -> list[SamplingParams]:
 
 
 def build_regen_dataset(target_dir: str | Path, out_path: str | Path, n_parallel: int = 16,
-                        progress: bool = True, overwrite: bool = False, **settings) -> list[RegenSample]:
+                        progress: bool = True, overwrite: bool = False, dp: DataParallel = DataParallel(),
+                        **settings) -> list[RegenSample]:
     """Generate (or reuse) the dataset at out_path. Concurrent callers wait for one builder. A file
-    made with other settings (or another target) is an error unless `overwrite`: it may be someone's data."""
+    made with other settings (or another target) is an error unless `overwrite`: it may be someone's data.
+    With several data-parallel ranks, each regenerates its share and rank 0 writes the file."""
     cfg = RegenSettings(**settings)
     target_dir, out_path = Path(target_dir), Path(out_path)
     out_path.parent.mkdir(parents=True, exist_ok=True)
     fingerprint = _fingerprint(target_dir, cfg)
     with open(_lock_path(out_path), "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if out_path.is_file():
-            if regen_metadata(out_path).get("fingerprint") == fingerprint:
-                return load_regen_dataset(out_path)
-            if not overwrite:
-                raise OptionError(f"{out_path} exists and was made from another target or with other settings "
-                                  f"(samples, new tokens, seed): give another output path, or overwrite it on "
-                                  f"purpose (--overwrite)")
-        llm = LLM(target_dir, n_parallel=n_parallel)
-        prompts = _prompts(llm.tokenizer, cfg)
-        params = sampling_params(cfg)
-        samples = []
-        chunk = 256
-        from tqdm import tqdm
-        bar = tqdm(total=cfg.n_samples, desc="regenerating", unit="sample", disable=not progress)
-        for start in range(0, cfg.n_samples, chunk):
-            outs = llm.generate(prompts[start:start + chunk], params[start:start + chunk])
-            for prompt, out in zip(prompts[start:start + chunk], outs):
-                samples.append(RegenSample(np.array(prompt + out.token_ids, dtype=np.int64), len(prompt)))
-            bar.update(len(outs))
-        bar.close()
-        meta = {"fingerprint": fingerprint, "target": str(target_dir), "settings": asdict(cfg),
-                "n_tokens": int(sum(len(s.tokens) for s in samples)),
-                "n_regenerated": int(sum(len(s.tokens) - s.n_prompt for s in samples))}
-        save_regen_dataset(out_path, samples, meta)
+        if dp.is_main:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+        existing = regen_metadata(out_path).get("fingerprint") if out_path.is_file() else None
+        dp.barrier()        # every rank has looked before rank 0 may write
+        if existing == fingerprint:
+            return load_regen_dataset(out_path)
+        if existing is not None and not overwrite:
+            raise OptionError(f"{out_path} exists and was made from another target or with other settings "
+                              f"(samples, new tokens, seed): give another output path, or overwrite it on "
+                              f"purpose (--overwrite)")
+        samples = dp.gather(_regenerate(target_dir, cfg, n_parallel, progress and dp.is_main, dp))
+        samples.sort(key=lambda indexed: indexed[0])
+        samples = [sample for _, sample in samples]
+        if dp.is_main:
+            meta = {"fingerprint": fingerprint, "target": str(target_dir), "settings": asdict(cfg),
+                    "n_tokens": int(sum(len(s.tokens) for s in samples)),
+                    "n_regenerated": int(sum(len(s.tokens) - s.n_prompt for s in samples))}
+            save_regen_dataset(out_path, samples, meta)
+        dp.barrier()
         return samples
+
+
+def _regenerate(target_dir: Path, cfg: RegenSettings, n_parallel: int, progress: bool,
+                dp: DataParallel) -> list[tuple[int, RegenSample]]:
+    """(index, sample) for this rank's samples: every world-th one, starting at its rank."""
+    llm = LLM(target_dir, n_parallel=n_parallel)
+    prompts = _prompts(llm.tokenizer, cfg)
+    params = sampling_params(cfg)
+    mine = list(range(dp.rank, cfg.n_samples, dp.world))
+    samples = []
+    chunk = 256
+    from tqdm import tqdm
+    bar = tqdm(total=len(mine), desc="regenerating", unit="sample", disable=not progress)
+    for start in range(0, len(mine), chunk):
+        picked = mine[start:start + chunk]
+        outs = llm.generate([prompts[i] for i in picked], [params[i] for i in picked])
+        for i, out in zip(picked, outs):
+            samples.append((i, RegenSample(np.array(prompts[i] + out.token_ids, dtype=np.int64), len(prompts[i]))))
+        bar.update(len(outs))
+    bar.close()
+    return samples
 
 
 def main(argv=None) -> int:
@@ -193,14 +213,18 @@ def main(argv=None) -> int:
     parser.add_argument("--overwrite", action="store_true",
                         help="replace an existing --out file made with other settings (default: an error)")
     args = parser.parse_args(argv)
+    dp = DataParallel.from_environment()
     try:
         samples = build_regen_dataset(args.target, args.out, n_parallel=args.parallel, n_samples=args.samples,
-                                      new_tokens=args.new_tokens, seed=args.seed, overwrite=args.overwrite)
+                                      new_tokens=args.new_tokens, seed=args.seed, overwrite=args.overwrite, dp=dp)
     except SpecServeError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
-    print(json.dumps(regen_metadata(args.out)))
-    print(f"{len(samples)} samples written to {args.out}")
+    finally:
+        dp.close()
+    if dp.is_main:
+        print(json.dumps(regen_metadata(args.out)))
+        print(f"{len(samples)} samples written to {args.out}")
     return 0
 
 

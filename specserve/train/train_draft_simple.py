@@ -17,7 +17,6 @@ from ..models.config import config_from_dict
 from ..models.transformer import CausalLM
 from ..errors import OptionError
 from .draft_loop import optimize
-from .draft_windows import WindowSampler
 from .drafter_common import (DrafterJob, usage, copy_tokenizer, eval_prompts, load_frozen_target, measure_acceptance,
                              soft_cross_entropy, target_distribution, write_card)
 
@@ -64,14 +63,9 @@ def build_draft(target: CausalLM, n_layers: int, init: str) -> tuple[CausalLM, d
     return draft, raw
 
 
-def train(job: DrafterJob) -> dict:
-    opts, log = job.options, job.log
-    target = load_frozen_target(job.target_dir)
-    draft, raw = build_draft(target, int(opts.get("draft_layers", 2)), str(opts.get("init_layers", "first,last")))
-    draft.train()
-    sampler = WindowSampler(job.train_samples, job.seq_len, job.batch_size, job.seed)
-    log(f"draft-simple: {raw['num_hidden_layers']}-layer draft, "
-        f"{sum(p.numel() for p in draft.parameters()) / 1e6:.2f}M parameters")
+def distillation_step(job: DrafterJob, target: CausalLM, draft: CausalLM):
+    """The loss of one step: soft cross-entropy to the target on this rank's windows."""
+    sampler = job.sampler()
 
     def step(_):
         batch = sampler.next_batch()
@@ -79,14 +73,25 @@ def train(job: DrafterJob) -> dict:
         with torch.no_grad():
             final, _ = target.forward_full(batch.tokens)
             probs = target_distribution(target, final[mask])
-        with torch.autocast("cpu", dtype=torch.bfloat16):
+        with job.autocast():
             hidden, _ = draft.forward_full(batch.tokens)
             logits = F.linear(hidden[mask], draft.lm_head_weight)
-        loss = soft_cross_entropy(logits, probs)
+        loss = soft_cross_entropy(logits, probs, job.dp.denominator)
         agree = (logits.argmax(-1) == probs.argmax(-1)).float().mean()
         return {"loss": loss, "acc": float(agree)}
+    return step
 
-    summary = optimize(list(draft.parameters()), step, job.loop, log)
+
+def train(job: DrafterJob) -> dict:
+    opts, log = job.options, job.log
+    target = load_frozen_target(job.target_dir)
+    draft, raw = build_draft(target, int(opts.get("draft_layers", 2)), str(opts.get("init_layers", "first,last")))
+    draft.train()
+    log(f"draft-simple: {raw['num_hidden_layers']}-layer draft, "
+        f"{sum(p.numel() for p in draft.parameters()) / 1e6:.2f}M parameters")
+    summary = optimize(draft, distillation_step(job, target, draft), job.loop, log, job.dp)
+    if not job.dp.is_main:
+        return summary
     save(draft, raw, job)
     summary["acceptance"] = measure_acceptance(job.target_dir, "draft-simple", job.out_dir,
                                                eval_prompts(job.eval_samples))

@@ -21,7 +21,6 @@ from ..models.eagle3_model import Eagle3Draft, Eagle3Options
 from ..models.rope import RotaryEmbedding
 from ..models.transformer import init_weights
 from .draft_loop import optimize
-from .draft_windows import WindowSampler
 from .drafter_common import (DrafterJob, usage, eval_prompts, load_frozen_target, measure_acceptance,
                              target_distribution, write_card)
 from .ttt import eagle3_step, unrolled_loss
@@ -105,7 +104,7 @@ def train(job: DrafterJob) -> dict:
     depth = int(opts.get("ttt_depth", 3))
     rope = RotaryEmbedding(head.config.head_dim, head.config.rope_theta, None,
                            head.config.max_position_embeddings, job.seq_len + depth + 1)
-    sampler = WindowSampler(job.train_samples, job.seq_len, job.batch_size, job.seed)
+    sampler = job.sampler()
     log(f"eagle3: taps {taps} (outputs of target layers), draft vocabulary {len(used)}/{vocab}, "
         f"TTT depth {depth}, {sum(p.numel() for p in head.parameters()) / 1e6:.2f}M parameters")
 
@@ -116,12 +115,15 @@ def train(job: DrafterJob) -> dict:
             probs = target_distribution(target, final)[..., used]
             probs = probs / probs.sum(-1, keepdim=True).clamp_min(1e-9)
             embedded = target.embed(batch.tokens).float()
-        with torch.autocast("cpu", dtype=torch.bfloat16):
+        with job.autocast():
             g = head.project([feats[t].float() for t in taps])
-            loss, metrics = unrolled_loss(eagle3_step, head, rope, embedded, g, probs, batch.label_mask, depth)
+            loss, metrics = unrolled_loss(eagle3_step, head, rope, embedded, g, probs, batch.label_mask, depth,
+                                          denominator=job.dp.denominator)
         return {"loss": loss, **metrics}
 
-    summary = optimize(list(head.parameters()), step, job.loop, log)
+    summary = optimize(head, step, job.loop, log, job.dp)
+    if not job.dp.is_main:
+        return summary
     save(head, taps, n_layers, job)
     summary["acceptance"] = measure_acceptance(job.target_dir, "draft-eagle3", job.out_dir,
                                                eval_prompts(job.eval_samples))

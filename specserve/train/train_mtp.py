@@ -16,7 +16,6 @@ from ..models.mtp_head import MtpHead
 from ..models.rope import RotaryEmbedding
 from ..models.transformer import init_weights
 from .draft_loop import optimize
-from .draft_windows import WindowSampler
 from .drafter_common import (DrafterJob, usage, eval_prompts, load_frozen_target, measure_acceptance,
                              target_distribution, write_card)
 from .ttt import mtp_step, unrolled_loss
@@ -52,7 +51,7 @@ def train(job: DrafterJob) -> dict:
     cfg = head.config
     rope = RotaryEmbedding(cfg.head_dim, cfg.rope_theta, cfg.rope_scaling, cfg.max_position_embeddings,
                            job.seq_len + depth + 1)
-    sampler = WindowSampler(job.train_samples, job.seq_len, job.batch_size, job.seed)
+    sampler = job.sampler()
     log(f"mtp: TTT depth {depth}, {sum(p.numel() for p in head.parameters()) / 1e6:.2f}M parameters")
 
     def step(_):
@@ -61,12 +60,14 @@ def train(job: DrafterJob) -> dict:
             final, _ = target.forward_full(batch.tokens)
             probs = target_distribution(target, final)
             embedded = target.embed(batch.tokens).float()
-        with torch.autocast("cpu", dtype=torch.bfloat16):
+        with job.autocast():
             loss, metrics = unrolled_loss(mtp_step, head, rope, embedded, final.float(), probs, batch.label_mask,
-                                          depth)
+                                          depth, denominator=job.dp.denominator)
         return {"loss": loss, **metrics}
 
-    summary = optimize(list(head.parameters()), step, job.loop, log)
+    summary = optimize(head, step, job.loop, log, job.dp)
+    if not job.dp.is_main:
+        return summary
     save_head_folder(head, job.target_dir, job.out_dir)
     summary["acceptance"] = measure_acceptance(job.target_dir, "draft-mtp", job.out_dir,
                                                eval_prompts(job.eval_samples))

@@ -14,6 +14,7 @@ import torch
 import torch.nn.functional as F
 
 from ..models.rope import RotaryEmbedding, apply_rope
+from .data_parallel import DataParallel
 
 
 class UnrollState:
@@ -84,10 +85,11 @@ def _shift(x: torch.Tensor, by: int, length: int) -> torch.Tensor:
 
 def unrolled_loss(step: Callable, head, rope: RotaryEmbedding, embedded: torch.Tensor, hidden0: torch.Tensor,
                   target_probs: torch.Tensor, label_mask: torch.Tensor, depth: int, decay: float = 0.8,
-                  ) -> tuple[torch.Tensor, dict]:
+                  denominator: Callable = DataParallel().denominator) -> tuple[torch.Tensor, dict]:
     """embedded [B, L, H] token embeddings; hidden0 [B, L, H] step-0 hidden inputs; target_probs
     [B, L, V'] the target's distribution per position (restricted to the draft vocabulary);
-    label_mask [B, L] trained label positions. Returns (loss, per-step top-1 agreement)."""
+    label_mask [B, L] trained label positions. `denominator` turns a step's row count into its
+    normaliser (DataParallel.denominator: the global one). Returns (loss, per-step top-1 agreement)."""
     length = embedded.shape[1] - 1
     hidden = hidden0[:, :length]
     state = UnrollState()
@@ -99,12 +101,13 @@ def unrolled_loss(step: Callable, head, rope: RotaryEmbedding, embedded: torch.T
                  sin.to(embedded.dtype), state)
         normed, hidden = head.normed_and_next(h)
         mask = _shift(label_mask, 1 + j, length)
-        if not mask.any():
+        rows = denominator(mask.sum())
+        if rows < 0.5:          # no trained row at this depth on any rank
             break
         logits = F.linear(normed[mask], head.lm_head_weight).float()
         labels = _shift(target_probs, 1 + j, length)[mask]
-        ce = -(labels * torch.log_softmax(logits, dim=-1)).sum(-1).mean()
+        ce = -(labels * torch.log_softmax(logits, dim=-1)).sum(-1).sum() / rows
         total = total + decay ** j * ce
         weights += decay ** j
-        metrics[f"acc{j}"] = float((logits.argmax(-1) == labels.argmax(-1)).float().mean())
+        metrics[f"acc{j}"] = float((logits.argmax(-1) == labels.argmax(-1)).float().mean()) if len(logits) else 0.0
     return total / max(weights, 1e-9), metrics
