@@ -188,7 +188,7 @@ def build_static_cache(corpus: Path, tokenizer, out: Path, max_bytes: int) -> tu
     cache = NgramCache()
     cache.update(tokens, NGRAM_STATIC, NGRAM_STATIC, len(tokens))
     out.parent.mkdir(parents=True, exist_ok=True)
-    cache.save(out)
+    cache.save(out, order="libstdc++")          # as llama-lookup-create writes it
     return out, len(tokens)
 
 

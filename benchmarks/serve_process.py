@@ -36,9 +36,10 @@ class ServeProcess:
         command = [part.replace("{port}", str(self.port)) for part in command]
         self.proc = subprocess.Popen(command, stdout=self.log, stderr=subprocess.STDOUT, env=env)
 
-    def wait(self, timeout: float = 300) -> str | None:
-        """None once /health answers and a short warm-up request is done (the first request of a
-        process pays one-off costs), else why the server did not start (its error line)."""
+    def wait(self, timeout: float = 300, warm_up: bool = True) -> str | None:
+        """None once /health answers and, with warm_up, a short warm-up request is done (the first
+        request of a process pays one-off costs), else why the server did not start (its error line).
+        warm_up=False leaves the slots as they started (a session whose per-slot state matters)."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
@@ -48,7 +49,8 @@ class ServeProcess:
                 return (errors or lines or ["exited"])[-1]
             try:
                 if httpx.get(self.url + "/health", timeout=1).status_code == 200:
-                    self.warm_up()
+                    if warm_up:
+                        self.warm_up()
                     return None
             except httpx.TransportError:
                 pass

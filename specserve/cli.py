@@ -17,6 +17,8 @@ COMMANDS = {
     "train-draft": ("specserve.commands.train_draft",
                     "train a drafter (dflash, dspark, draft-simple, eagle3, mtp) for a target model"),
     "convert-draft": ("specserve.commands.convert_draft", "write a DFlash/DSpark draft as a self-contained folder"),
+    "export-gguf": ("specserve.commands.export_gguf",
+                    "write a model or drafter as a GGUF file for llama.cpp (f32, f16, bf16, q8_0)"),
 }
 
 

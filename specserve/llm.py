@@ -16,7 +16,7 @@ from .errors import InvalidRequestError, OptionError
 from .kernels.capi import CACHE_TYPES
 from .kernels.packed import check_quant
 from .models.step_batch import StepBatch
-from .models.tokenizer import Tokenizer
+from .models.tokenizer import load_tokenizer
 from .models.transformer import CausalLM
 from .speculative.option_table import default_spec_options
 from .sampling import SamplingParams
@@ -34,7 +34,7 @@ def load_engine(model: str | Path | None = None, draft_model: str | Path | None 
                 spec_type: str | list[str] | None = "none", n_parallel: int = 1, ctx_size: int = 0,
                 n_batch: int = 512, dtype: str = "auto", threads: int | None = None, kernels: str | None = None,
                 quant: str | None = None, cache_type_k: str = "f32", cache_type_v: str = "f32", **spec_options):
-    """(engine, tokenizer) for a model folder, with the requested speculative types.
+    """(engine, tokenizer) for a model folder or GGUF file, with the requested speculative types.
 
     threads: compute threads (0 = the physical cores; None keeps the process setting);
     kernels: auto / native / torch (None keeps the process setting, SPECSERVE_KERNELS by default);
@@ -58,8 +58,8 @@ def load_engine(model: str | Path | None = None, draft_model: str | Path | None 
     target = CausalLM.from_pretrained(model_dir, dtype=dtype)
     target.quant = check_quant(quant)
     target.prepare_native()
-    # a folder without tokenizer.json still serves token-id prompts
-    tokenizer = Tokenizer(model_dir) if (model_dir / "tokenizer.json").is_file() else None
+    # a folder without tokenizer.json (a GGUF without tokenizer metadata) still serves token-id prompts
+    tokenizer = load_tokenizer(model_dir)
     ctx = ctx_size or target.config.max_position_embeddings
     if ctx > target.config.max_position_embeddings:
         log.warning("context size %d is beyond the %d positions %s was trained for: expect worse output past "

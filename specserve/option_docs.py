@@ -135,8 +135,9 @@ def _plain_row(action: argparse.Action) -> str:
     else:
         name = (action.metavar or action.dest).upper()
         flags = _code(f"{name} ..." if action.nargs in ("+", "*") else name)
-    if isinstance(action, argparse._StoreTrueAction):
-        default = "off"
+    if isinstance(action, (argparse._StoreTrueAction, argparse._StoreFalseAction)):
+        # a flag: whether what it names happens when it is not given (-e is on by default, --no-escape off)
+        default = "on" if action.default == isinstance(action, argparse._StoreTrueAction) else "off"
     elif action.required and action.option_strings:
         default = "required"
     else:

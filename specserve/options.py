@@ -19,8 +19,8 @@ from .speculative.option_table import SPEC_OPTIONS
 from .speculative.registry import all_options
 
 MODEL_OPTIONS = [
-    Option(("-m", "--model"), "model", str, None, "model folder (Hugging Face layout); default: the bundled model",
-           env="LLAMA_ARG_MODEL"),
+    Option(("-m", "--model"), "model", str, None,
+           "model folder (Hugging Face layout) or GGUF file; default: the bundled model", env="LLAMA_ARG_MODEL"),
     Option(("-c", "--ctx-size"), "ctx_size", int, 0,
            "context size per slot in tokens (0 = the model's max_position_embeddings)", env="LLAMA_ARG_CTX_SIZE"),
     Option(("-np", "--parallel"), "parallel", int, 1, "number of slots (requests decoded together)",

@@ -160,6 +160,28 @@ def test_proposer_context_cache_per_request(tmp_path):
     assert prop.draft([DraftRequest(0, 100, 3, 1, other)]) == {}
 
 
+def test_proposer_slot_context_keeps_counts_across_requests_as_llama_cpp(tmp_path):
+    """--spec-ngram-cache-context slot: begin() does nothing, so the next request drafts from the last one's
+    n-grams and its own prompt is counted only past the number of tokens the slot had already counted."""
+    prop = _proposer(tmp_path, spec_ngram_cache_context="slot")
+    prompt = np.array([1, 2, 3, 4, 1, 2, 3, 4, 1, 2], dtype=np.int64)
+    prop.begin(0, prompt)
+    assert prop.draft([DraftRequest(0, 100, 10, 3, prompt)])[0].tokens == [4, 1, 2, 3, 4, 1, 2, 3]
+    counted = dict(prop.context[0].table)
+    # an unrelated, shorter request: nothing of it is counted, and the old n-grams still draft
+    other = np.array([50, 51, 52, 1, 2], dtype=np.int64)
+    prop.begin(0, other)
+    assert prop.draft([DraftRequest(0, 100, 5, 3, other)])[0].tokens == [4, 1, 2, 3, 4, 1, 2, 3]
+    assert prop.context[0].table == counted and prop.cache_size[0] == 11
+    # once the history passes the count, only the tokens beyond it are added, as one chunk
+    longer = np.array([60, 61, 62, 63, 64, 65, 66, 67, 68, 69, 70, 71], dtype=np.int64)
+    prop.draft([DraftRequest(0, 100, 12, 72, longer)])
+    assert prop.cache_size[0] == 13
+    assert prop.context[0].get(ngram_key([71])) == {72: 1} and prop.context[0].get(ngram_key([60])) is None
+    with pytest.raises(OptionError, match="--spec-ngram-cache-context must be one of request, slot"):
+        _proposer(tmp_path, spec_ngram_cache_context="forever")
+
+
 def test_proposer_loads_static_cache_and_reports_a_missing_file(tmp_path):
     static = NgramCache()
     static.update([10, 11, 12, 10, 11, 12, 10], 2, 2, 7)

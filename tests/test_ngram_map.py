@@ -5,7 +5,7 @@ import pytest
 from support.ngram_map_reference import ReferenceMap, h32
 from support.prompts import arr
 from specserve.speculative.base import DraftRequest, ProposerContext
-from specserve.speculative.ngram_map import KEY_MAP_SIZE, NgramMap, NgramMapK, lcg32_hash, lcg32_hashes
+from specserve.speculative.ngram_map import KEY_MAP_SIZE, NgramMap, NgramMapK, NgramMapK4v, lcg32_hash, lcg32_hashes
 
 
 def test_lcg32_hash_vectorised_equals_plain_loop():
@@ -64,16 +64,17 @@ def test_map_k_ignores_min_hits():
 K4V_PROMPT = [0, 1, 2, 5, 6, 1, 2, 5, 6, 1, 2, 7, 8, 9, 9, 9, 1]
 
 
-def test_k4v_dominance_drafts_the_chosen_continuation():
-    mp = NgramMap(2, 2, key_only=False, min_hits=1)
+@pytest.mark.parametrize("draft, expected", [("latest", [7, 8]), ("winner", [5, 6])])
+def test_k4v_dominance_then_the_draft_mode_picks_the_tokens(draft, expected):
+    mp = NgramMap(2, 2, key_only=False, min_hits=1, draft=draft)
     mp.begin(arr(K4V_PROMPT))
-    # match = latest occurrence (9); counts [5,6]: 2, [7,8]: 1 -> 2 >= 2*1 -> draft [5, 6]
-    # from that continuation's own position (llama.cpp would copy [7, 8] after the match, #28431)
-    assert mp.draft(arr(K4V_PROMPT), 2) == [5, 6]
+    # match = latest occurrence (9); counts [5,6]: 2, [7,8]: 1 -> 2 >= 2*1 -> [5, 6] wins the vote.
+    # latest (llama.cpp) copies what follows the match, [7, 8]; winner copies the winning continuation
+    assert mp.draft(arr(K4V_PROMPT), 2) == expected
     key = mp.keys[0]
     assert [(v.value_idx, v.value_num) for v in key.values] == [(3, 2), (11, 1), (0, 0), (0, 0)]
     assert key.stat_idx == 9 and key.key_num == 1
-    mp.accept(1)
+    mp.accept(1)                      # either way the winner's accepted length is the one updated
     assert key.values[0].n_accepted == 1 and key.values[1].n_accepted == 2
 
 
@@ -112,8 +113,8 @@ def test_k4v_min_hits_and_inclusive_recount():
     assert mp.keys[0].values[0].value_idx == 0        # nothing counted yet
     longer = K4V_PROMPT + [2, 5, 6, 3, 3, 3, 3, 1]    # a further [1, 2, 5, 6] at 16
     # second lookup: key_num 2; match found by the hash probe at 9 (older than 16);
-    # counting runs over [0, 9]: 2x [5,6], 1x [7,8] -> draft [5, 6]
-    assert mp.draft(arr(longer), 2) == [5, 6]
+    # counting runs over [0, 9]: 2x [5,6], 1x [7,8] -> a draft, of the tokens after the match at 9
+    assert mp.draft(arr(longer), 2) == [7, 8]
     assert mp.keys[0].key_num == 2 and mp.keys[0].stat_idx == 9
     # third lookup counts [9, 9] again (stat_idx is re-counted): [7, 8] reaches 2 -> 2 < 2*2, no draft
     assert mp.draft(arr(longer + [9, 1]), 2) == []
@@ -163,31 +164,69 @@ def test_history_going_backwards_restarts_instead_of_aborting():
     assert mp.draft(arr([5, 1, 2, 3, 4, 9, 9, 9, 1]), 2) == [3, 4]
 
 
-@pytest.mark.parametrize("key_only", [True, False])
-def test_matches_plain_loop_transcription(key_only):
-    """Random conversations: each new prompt continues (or shortens) what the slot saw before."""
-    rng = np.random.default_rng(11 if key_only else 12)
+def _replay_session(ours: NgramMap, ref: ReferenceMap, rng, unrelated: bool) -> None:
+    """Four requests on one map: each prompt an earlier part of the conversation, the whole
+    conversation and a new message, or (unrelated=True) sometimes a new text of any length."""
+    history = rng.integers(0, 4, size=int(rng.integers(5, 40))).tolist()
+    for request in range(4):
+        ours.begin(arr(history))
+        ref.begin(history)
+        for _ in range(int(rng.integers(5, 40))):
+            sampled = int(rng.integers(0, 4))
+            got, want = ours.draft(arr(history), sampled), ref.draft(history, sampled)
+            assert got == want, (request, len(history))
+            n_acc = int(rng.integers(0, len(got) + 1)) if got else 0
+            if got:
+                ours.accept(n_acc)
+                ref.accept(n_acc)
+            history = history + [sampled] + (got[:n_acc] if got else [])
+        choice = rng.random()
+        if unrelated and choice < 0.4:
+            history = rng.integers(0, 4, size=int(rng.integers(1, 2 * len(history)))).tolist()
+        elif choice < 0.7:
+            history = history[:int(rng.integers(1, len(history)))]
+        else:
+            history = history + rng.integers(0, 4, size=int(rng.integers(0, 10))).tolist()
+
+
+@pytest.mark.parametrize("key_only, draft", [(True, "latest"), (False, "latest"), (False, "winner")])
+def test_matches_plain_loop_transcription(key_only, draft):
+    """Prompts that continue (or shorten) the conversation: begin check and trust agree with llama.cpp."""
+    rng = np.random.default_rng({"latest": 11, "winner": 12}[draft] + key_only)
     for trial in range(12):
         n, m = int(rng.integers(1, 4)), int(rng.integers(1, 5))
         min_hits = int(rng.integers(1, 3))
-        ours, ref = NgramMap(n, m, key_only, min_hits), ReferenceMap(n, m, key_only, min_hits)
-        history = rng.integers(0, 4, size=int(rng.integers(5, 40))).tolist()
-        for request in range(4):
-            ours.begin(arr(history))
-            ref.begin(history)
-            for _ in range(int(rng.integers(5, 40))):
-                sampled = int(rng.integers(0, 4))
-                got, want = ours.draft(arr(history), sampled), ref.draft(history, sampled)
-                assert got == want, (trial, request, len(history))
-                n_acc = int(rng.integers(0, len(got) + 1)) if got else 0
-                if got:
-                    ours.accept(n_acc)
-                    ref.accept(n_acc)
-                history = history + [sampled] + (got[:n_acc] if got else [])
-            if rng.random() < 0.5:       # next prompt: an earlier part of the conversation
-                history = history[:int(rng.integers(1, len(history)))]
-            else:                        # or the whole conversation and a new message
-                history = history + rng.integers(0, 4, size=int(rng.integers(0, 10))).tolist()
+        for begin in ("check", "trust"):
+            state = rng.bit_generator.state
+            _replay_session(NgramMap(n, m, key_only, min_hits, begin, draft),
+                            ReferenceMap(n, m, key_only, min_hits, draft), rng, unrelated=False)
+            if begin == "check":
+                rng.bit_generator.state = state          # the same session again, with trust
+
+
+@pytest.mark.parametrize("key_only", [True, False])
+def test_trust_matches_llama_cpp_on_unrelated_prompts(key_only):
+    """begin trust is llama.cpp's rule even where a new prompt does not continue the last one."""
+    rng = np.random.default_rng(21 + key_only)
+    for trial in range(24):
+        n, m = int(rng.integers(1, 4)), int(rng.integers(1, 5))
+        _replay_session(NgramMap(n, m, key_only, 1, "trust"), ReferenceMap(n, m, key_only, 1), rng,
+                        unrelated=True)
+
+
+def test_check_and_trust_differ_on_an_unrelated_longer_prompt():
+    """llama.cpp (trust) leaves the first positions of an unrelated prompt that is longer than the last
+    request unsearchable: they are below what the map hashed before. check indexes it from scratch."""
+    first = list(range(100, 140))
+    second = [50, 1, 2, 3, 4] + list(range(60, 80)) + [1]     # longer than the first, shares nothing
+    drafts = {}
+    for begin in ("check", "trust"):
+        mp = NgramMap(2, 2, True, 1, begin)
+        mp.begin(arr(first))
+        mp.draft(arr(first), 7)
+        mp.begin(arr(second))
+        drafts[begin] = mp.draft(arr(second), 2)
+    assert drafts == {"check": [3, 4], "trust": []}
 
 
 def test_proposer_options_per_slot_maps_and_accept_routing():
@@ -206,3 +245,16 @@ def test_proposer_options_per_slot_maps_and_accept_routing():
     assert prop.maps[0].keys[0].values[0].n_accepted == 1
     with pytest.raises(ValueError, match="size-n and -size-m must be >= 1"):
         NgramMapK(ProposerContext(None, 1, 10, {"spec_ngram_map_k_size_n": 0}))
+
+
+def test_proposer_mode_options_reach_the_maps_and_bad_values_are_named():
+    ctx = ProposerContext(None, 1, 100, {"spec_ngram_map_k4v_begin": "trust", "spec_ngram_map_k4v_draft": "winner"})
+    mp = NgramMapK4v(ctx)._map(0)
+    assert mp.trust_prefix and not mp.draft_latest
+    defaults = NgramMapK4v(ProposerContext(None, 1, 100, {}))._map(0)
+    assert not defaults.trust_prefix and defaults.draft_latest          # check, latest
+    with pytest.raises(ValueError, match=r"--spec-ngram-map-k-begin must be one of check, trust, got 'maybe'"):
+        NgramMapK(ProposerContext(None, 1, 10, {"spec_ngram_map_k_begin": "maybe"}))
+    with pytest.raises(ValueError, match=r"--spec-ngram-map-k4v-draft must be one of latest, winner"):
+        NgramMapK4v(ProposerContext(None, 1, 10, {"spec_ngram_map_k4v_draft": "best"}))
+    assert not any(o.dest.endswith("_draft") for o in NgramMapK.options)     # only k4v votes

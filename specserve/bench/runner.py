@@ -15,7 +15,7 @@ from typing import Protocol
 from tqdm import tqdm
 
 from .results import SampleResult, TurnResult
-from .samples import Sample
+from .samples import Sample, completion_prompt
 
 ENDPOINTS = ("chat", "completion")
 
@@ -50,12 +50,12 @@ def run_sample(target: Target, sample: Sample, workload: Workload) -> SampleResu
     turns: list[TurnResult] = []
     messages: list[dict] = []
     prompt = ""
-    for i, text in enumerate(sample.turns):
+    for text in sample.turns:
         if workload.endpoint == "chat":
             messages.append({"role": "user", "content": text})
             conversation = list(messages)
         else:
-            prompt = text if i == 0 else prompt + ("" if prompt.endswith("\n") else "\n") + text
+            prompt = completion_prompt(prompt, text)
             conversation = prompt
         try:
             turn = target.send(workload.body(conversation), workload.endpoint)

@@ -119,6 +119,14 @@ def load_file(path: str | Path, fmt: str = "speed") -> list[Sample]:
     return samples
 
 
+def completion_prompt(conversation: str, text: str) -> str:
+    """The prompt of the next turn on a completions endpoint: the conversation so far (earlier
+    prompts and replies), a newline if it does not end with one, then the new message."""
+    if not conversation:
+        return text
+    return conversation + ("" if conversation.endswith("\n") else "\n") + text
+
+
 def categories_of(samples: list[Sample]) -> list[str]:
     return list(dict.fromkeys(s.category for s in samples))
 

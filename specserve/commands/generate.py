@@ -5,18 +5,17 @@ import argparse
 import json
 import re
 import sys
-from pathlib import Path
 
 from ..engine.request import Request, timing_lines
 from ..errors import OptionError
 from ..llm import load_engine
 from ..options import add_engine_options, spec_option_values
 from ..sampling import WHOLE_HISTORY, SamplingParams
+from .prompt_text import add_text_options, text_from_args
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("-p", "--prompt", help="prompt text")
-    parser.add_argument("-f", "--file", help="read the prompt from a file")
+    add_text_options(parser, "prompt")
     parser.add_argument("--json", action="store_true",
                         help="print one JSON object (text, token_ids, finish_reason, timings, spec) at the end, "
                              "instead of the text as it is generated")
@@ -56,20 +55,6 @@ def parse_logit_bias_option(text: str | None) -> dict[int, float]:
         token, sign, value = match.groups()
         out[int(token)] = float(value) * (1 if sign == "+" else -1)
     return out
-
-
-def text_from_args(args, what: str = "prompt") -> str:
-    """The text of -f/--file (read as UTF-8) or of -p/--prompt; a clear error without either or with both."""
-    if args.file and args.prompt is not None:
-        raise OptionError(f"give the {what} with -p/--prompt or with -f/--file, not both")
-    if args.file:
-        path = Path(args.file)
-        if not path.is_file():
-            raise OptionError(f"{what} file not found: {path}")
-        return path.read_text(encoding="utf-8")
-    if args.prompt is not None:
-        return args.prompt
-    raise OptionError(f"give the {what} with -p/--prompt or -f/--file")
 
 
 def run(args) -> int:

@@ -17,6 +17,7 @@ from pathlib import Path
 from ..errors import OptionError
 from ..models.tokenizer import Tokenizer
 from ..speculative.ngram_cache_store import NGRAM_MAX, NGRAM_MIN, NGRAM_STATIC, NgramCache, cache_draft
+from .prompt_text import add_text_options, text_from_args
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -45,13 +46,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def _text_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-m", "--model", default=None,
                         help="model folder whose tokenizer.json is used (default: the bundled model)")
-    parser.add_argument("-f", "--file", help="text file")
-    parser.add_argument("-p", "--prompt", help="text given on the command line")
+    add_text_options(parser, "text")
 
 
 def _tokens(args) -> list[int]:
     from ..llm import BUNDLED_MODEL
-    from .generate import text_from_args
     text = text_from_args(args, "text")
     tokenizer = Tokenizer(args.model or BUNDLED_MODEL)
     tokens = tokenizer.encode(text)
@@ -64,22 +63,24 @@ def create(args) -> None:
     cache = NgramCache()
     cache.update(tokens, NGRAM_STATIC, NGRAM_STATIC, len(tokens))
     print(f"lookup: hashing done, writing file to {args.lookup_cache_static}", file=sys.stderr)
-    cache.save(args.lookup_cache_static)
+    cache.save(args.lookup_cache_static, order="libstdc++")        # llama-lookup-create's bytes
 
 
 def merge(args) -> None:
     if len(args.files) < 2:
         raise OptionError("usage: specserve lookup merge IN1 [IN2 ...] OUT (at least one input and the output)")
-    *inputs, output = args.files
-    merged = NgramCache()
-    for path in inputs:
+    (first, *others), output = args.files[:-1], args.files[-1]
+    print(f"lookup: loading file {first}", file=sys.stderr)
+    merged = NgramCache.load(first)          # the first file is the base, as in llama-lookup-merge
+    for path in others:
         print(f"lookup: loading file {path}", file=sys.stderr)
         merged.merge(NgramCache.load(path))
     print(f"lookup: saving file {output}", file=sys.stderr)
-    merged.save(output)
+    merged.save(output, order="libstdc++")          # llama-lookup-merge's bytes
 
 
-def simulate(tokens: list[int], n_ctx: int, n_draft: int, dynamic: NgramCache, static: NgramCache) -> dict:
+def simulate(tokens: list[int], n_ctx: int, n_draft: int, dynamic: NgramCache, static: NgramCache,
+             ties: str = "libstdc++") -> dict:
     """llama-lookup-stats: every full chunk of n_ctx tokens (a last partial chunk is skipped)
     is "generated" token by token from its first token; at each step a draft is made from the
     caches and its tokens are accepted while they equal the text. The context cache grows with
@@ -93,7 +94,7 @@ def simulate(tokens: list[int], n_ctx: int, n_draft: int, dynamic: NgramCache, s
         out = [chunk[0]]
         while len(out) < n_ctx:
             t0 = time.perf_counter()
-            draft = cache_draft(out, n_draft, context, dynamic, static)
+            draft = cache_draft(out, n_draft, context, dynamic, static, ties)
             t_draft += time.perf_counter() - t0
             n_drafted += len(draft)
             for token in draft:

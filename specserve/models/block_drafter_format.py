@@ -8,7 +8,8 @@ Three public layouts of the same network are read (docs/reference/dflash-dspark.
   (ignored: the target's are used) and, for DSpark, `markov_head.*` and `confidence_head.proj.*`;
   every key top-level; anchor-first layout (B drafts) whether markov_rank is 0 (DFlash) or not;
 * SpecForge `DSparkDraftModel`: DSpark keys in `dflash_config` or top-level, heads possibly
-  nested under `logit_head.`; anchor-first.
+  nested under `logit_head.`; anchor-first;
+* GGUF files of llama.cpp's `dflash` architecture (gguf_drafters.py turns them into the same config).
 
 The draft stack itself is Qwen3-, Llama- or Qwen2-style (block_drafter_backbone.py decides which
 from `model_type` and the tensors; the architecture class name plays no part).
@@ -24,6 +25,8 @@ from pathlib import Path
 from ..errors import IncompatibleDraftError, ModelLoadError, OptionError
 from .block_drafter_backbone import DRAFT_ARCHS, check_backbone_tensors, resolve_backbone_config
 from .config import ModelConfig, config_from_dict, read_json, rope_settings
+from .gguf_drafters import block_drafter_from_gguf
+from .gguf_file import is_gguf
 from .loader import Checkpoint
 
 BONUS_ANCHOR = "bonus-anchor"     # z-lab: [anchor, MASK...] -> slots 1..B-1 predict anchor+1..anchor+B-1
@@ -33,6 +36,7 @@ LAYOUTS = (BONUS_ANCHOR, ANCHOR_FIRST)
 FORMAT_ZLAB = "zlab-dflash"
 FORMAT_DEEPSPEC = "deepspec"
 FORMAT_SPECFORGE = "specforge-dspark"
+FORMAT_GGUF = "gguf"              # llama.cpp's `dflash` architecture (gguf_drafters.py)
 
 _ARCH_FORMATS = {
     "DFlashDraftModel": (FORMAT_ZLAB, BONUS_ANCHOR),
@@ -126,18 +130,22 @@ def parse_layout(value: str | None) -> str | None:
 def read_block_drafter(model_dir: str | Path, layout: str | None = None) -> BlockDrafterConfig:
     """Detect the format of a DFlash / DSpark folder and normalise its config."""
     model_dir = Path(model_dir)
-    if not model_dir.is_dir():
-        raise ModelLoadError(f"draft model directory not found: {model_dir}")
-    raw = read_json(model_dir / "config.json", "draft config.json")
-    source = str(model_dir / "config.json")
-    checkpoint = Checkpoint(model_dir)
+    if is_gguf(model_dir):
+        raw, checkpoint = block_drafter_from_gguf(model_dir)
+        source = str(model_dir)
+    else:
+        if not model_dir.is_dir():
+            raise ModelLoadError(f"draft model directory not found: {model_dir}")
+        raw = read_json(model_dir / "config.json", "draft config.json")
+        source = str(model_dir / "config.json")
+        checkpoint = Checkpoint(model_dir)
     key_map = {_module_name(k): k for k in checkpoint.keys()}
 
     if "fc.weight" not in key_map or "hidden_norm.weight" not in key_map:
         raise ModelLoadError(f"{model_dir} is not a DFlash/DSpark draft: tensors fc.weight and "
                              f"hidden_norm.weight are missing (draft-dflash / draft-dspark need one)")
     arch = (raw.get("architectures") or [None])[0]
-    fmt, default_layout = _ARCH_FORMATS.get(arch, ("dflash-compatible", None))
+    fmt, default_layout = _ARCH_FORMATS.get(arch, (FORMAT_GGUF if is_gguf(model_dir) else "dflash-compatible", None))
     if default_layout is None:          # unknown class name: a Markov head means a DSpark export
         default_layout = ANCHOR_FIRST if MARKOV_W1 in key_map else BONUS_ANCHOR
     declared = _lookup(raw, "sample_from_anchor")

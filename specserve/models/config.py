@@ -21,6 +21,9 @@ _FAMILIES = {
     "qwen3": "qwen3",
 }
 
+# "freq_factors": per-dimension divisors of the RoPE frequencies (GGUF's rope_freqs tensor)
+ROPE_TYPES = ("linear", "dynamic", "llama3", "yarn", "freq_factors")
+
 _ACTIVATIONS = {"silu", "swish", "gelu", "gelu_pytorch_tanh", "gelu_new", "relu"}
 
 
@@ -144,7 +147,7 @@ def config_from_dict(raw: dict, source: str = "config.json") -> ModelConfig:
     if cfg.num_attention_heads % cfg.num_key_value_heads:
         raise ModelLoadError(f"{source}: num_attention_heads must be a multiple of num_key_value_heads")
     cfg.rope_theta, cfg.rope_scaling = rope_settings(raw)
-    if cfg.rope_scaling and cfg.rope_scaling["rope_type"] not in ("linear", "dynamic", "llama3", "yarn"):
+    if cfg.rope_scaling and cfg.rope_scaling["rope_type"] not in ROPE_TYPES:
         raise ModelLoadError(f"{source}: unsupported rope scaling type {cfg.rope_scaling['rope_type']!r}")
     return cfg
 

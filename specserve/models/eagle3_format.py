@@ -6,6 +6,7 @@
 | SpecForge / NVIDIA | LlamaForCausalLMEagle3 | midlayer.* | eagle_config.eagle_aux_hidden_state_layer_ids, output-of-layer |
 | vLLM / AngelSlim | Eagle3LlamaForCausalLM | midlayer.* | none: default |
 | speculators | Eagle3Speculator (Llama params in transformer_layer_config) | layers.0.* | top-level ids, input-of-layer |
+| GGUF (llama.cpp) | general.architecture eagle3 | blk.0.* | eagle3.target_layers, input-of-layer (gguf_drafters.py) |
 
 `target_layer_taps` is the ONE place where layer ids become specserve taps (tap L = residual
 output of target layer L, -1 = the embedding output, so "input of layer k" = tap k-1).
@@ -20,6 +21,8 @@ import torch
 from ..errors import IncompatibleDraftError, ModelLoadError
 from .config import config_from_dict, read_json
 from .eagle3_model import Eagle3Draft, Eagle3Options
+from .gguf_drafters import eagle3_from_gguf
+from .gguf_file import is_gguf
 from .loader import Checkpoint
 
 ARCHITECTURES = {
@@ -95,10 +98,23 @@ def canonical_name(name: str) -> str | None:
     return None if name == "t2d" else name
 
 
+def read_source(draft_dir: Path) -> tuple[dict, dict[str, torch.Tensor]]:
+    """(config dict, tensors under Eagle3Draft's names) of a draft folder or GGUF file."""
+    if is_gguf(draft_dir):
+        return eagle3_from_gguf(draft_dir)
+    raw = read_json(draft_dir / "config.json", "EAGLE-3 draft config.json")
+    state = {}
+    for name, tensor in read_weights(draft_dir).items():
+        canon = canonical_name(name)
+        if canon is not None:
+            state[canon] = tensor
+    return raw, state
+
+
 def load_eagle3(draft_dir: str | Path, target) -> tuple[Eagle3Draft, tuple[int, ...]]:
     """(draft head on the target's device/dtype, target taps it reads). `target` is the CausalLM."""
     draft_dir = Path(draft_dir)
-    raw = read_json(draft_dir / "config.json", "EAGLE-3 draft config.json")
+    raw, state = read_source(draft_dir)
     arch = (raw.get("architectures") or ["LlamaForCausalLM"])[0]
     if arch not in ARCHITECTURES:
         raise ModelLoadError(f"{draft_dir}: architecture {arch!r} is not an EAGLE-3 draft; known: "
@@ -106,11 +122,6 @@ def load_eagle3(draft_dir: str | Path, target) -> tuple[Eagle3Draft, tuple[int, 
     layer_raw = raw.get("transformer_layer_config") if arch == "Eagle3Speculator" else raw
     if not isinstance(layer_raw, dict):
         raise ModelLoadError(f"{draft_dir}/config.json: Eagle3Speculator needs a transformer_layer_config object")
-    state = {}
-    for name, tensor in read_weights(draft_dir).items():
-        canon = canonical_name(name)
-        if canon is not None:
-            state[canon] = tensor
     layer_ids = {int(m.group(1)) for m in (re.match(r"layers\.(\d+)\.", k) for k in state) if m}
     if 0 not in layer_ids:
         raise ModelLoadError(f"{draft_dir}: no EAGLE-3 decoder layer (midlayer.* or layers.0.*) in the weights")

@@ -20,6 +20,7 @@ from safetensors.torch import save_file
 
 from ..errors import IncompatibleDraftError, ModelLoadError
 from .config import read_json
+from .gguf_file import is_gguf
 from .loader import Checkpoint
 from .mtp_head import MtpHead
 
@@ -65,6 +66,9 @@ def load_mtp_head(target, head_dir: str | Path | None = None) -> MtpHead:
     checkpoints = []
     if head_dir is not None:
         head_dir = Path(head_dir)
+        if is_gguf(head_dir):
+            raise ModelLoadError(f"{head_dir}: draft-mtp reads MTP heads from safetensors folders only; GGUF has no "
+                                 "MTP head for llama / qwen2 / qwen3 models (llama.cpp cannot run one either)")
         _check_head_config(head_dir, target)
         checkpoints.append(Checkpoint(head_dir))
     checkpoints.append(target.checkpoint)

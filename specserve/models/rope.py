@@ -1,4 +1,5 @@
-"""Rotary position embeddings: default, linear, dynamic NTK, llama3 and YaRN, as in transformers."""
+"""Rotary position embeddings: default, linear, dynamic NTK, llama3 and YaRN, as in transformers,
+plus per-dimension frequency divisors (`freq_factors`: how GGUF files store llama3 scaling)."""
 from __future__ import annotations
 
 import math
@@ -60,6 +61,12 @@ def _yarn_inv_freq(theta: float, dim: int, scaling: dict, max_pos: int) -> tuple
     return inv_freq, float(attention_factor)
 
 
+def llama3_freq_factors(theta: float, head_dim: int, scaling: dict) -> torch.Tensor:
+    """llama3 scaling as per-dimension divisors of the base frequencies (the form GGUF files store)."""
+    base = _base_inv_freq(theta, head_dim)
+    return base / _llama3_inv_freq(base, scaling)
+
+
 class RotaryEmbedding:
     """Precomputed cos/sin tables; `gather(positions)` returns rows for a batch of positions."""
 
@@ -77,6 +84,8 @@ class RotaryEmbedding:
             inv_freq = inv_freq / scaling["factor"]
         elif self.rope_type == "llama3":
             inv_freq = _llama3_inv_freq(inv_freq, scaling)
+        elif self.rope_type == "freq_factors":
+            inv_freq = inv_freq / torch.tensor(scaling["factors"], dtype=torch.float64)
         elif self.rope_type == "yarn":
             inv_freq, self.attention_factor = _yarn_inv_freq(theta, head_dim, scaling, max_position_embeddings)
         self.inv_freq = inv_freq.float()

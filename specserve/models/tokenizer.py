@@ -1,5 +1,5 @@
-"""tokenizer.json + tokenizer_config.json, with chat templates rendered by jinja2 the way
-transformers renders them, and incremental detokenization for streaming."""
+"""tokenizer.json + tokenizer_config.json (or the tokenizer of a GGUF file: gguf_tokenizer.py), with chat
+templates rendered by jinja2 the way transformers renders them, and incremental detokenization for streaming."""
 from __future__ import annotations
 
 import json
@@ -39,12 +39,24 @@ class Tokenizer:
         if not path.is_file():
             raise ModelLoadError(f"tokenizer.json not found in {model_dir}")
         try:
-            self.tok = HFTokenizer.from_file(str(path))
+            tok = HFTokenizer.from_file(str(path))
         except Exception as exc:  # the tokenizers library raises plain Exceptions
             raise ModelLoadError(f"cannot load {path}: {exc}") from exc
         cfg_path = model_dir / "tokenizer_config.json"
-        self.config = read_json(cfg_path, "tokenizer_config.json") if cfg_path.is_file() else {}
-        self.chat_template = self._find_chat_template(model_dir)
+        config = read_json(cfg_path, "tokenizer_config.json") if cfg_path.is_file() else {}
+        self._setup(tok, config, self.find_chat_template(model_dir, config))
+
+    @classmethod
+    def from_parts(cls, tok: HFTokenizer, config: dict, chat_template: str | None) -> "Tokenizer":
+        """A tokenizer built elsewhere (from GGUF metadata): `config` holds tokenizer_config.json's keys."""
+        self = cls.__new__(cls)
+        self._setup(tok, config, chat_template)
+        return self
+
+    def _setup(self, tok: HFTokenizer, config: dict, chat_template: str | None) -> None:
+        self.tok = tok
+        self.config = config
+        self.chat_template = chat_template
         self.special = {key: _token_text(self.config.get(key)) for key in
                         ("bos_token", "eos_token", "unk_token", "pad_token", "mask_token")}
         self.eos_token_id = self.token_to_id(self.special["eos_token"])
@@ -52,11 +64,12 @@ class Tokenizer:
         self.vocab_size = self.tok.get_vocab_size(with_added_tokens=True)
         self._template = None
 
-    def _find_chat_template(self, model_dir: Path) -> str | None:
+    @staticmethod
+    def find_chat_template(model_dir: Path, config: dict) -> str | None:
         jinja_file = model_dir / "chat_template.jinja"
         if jinja_file.is_file():
             return jinja_file.read_text(encoding="utf-8")
-        template = self.config.get("chat_template")
+        template = config.get("chat_template")
         if isinstance(template, list):       # named templates: use "default"
             named = {t.get("name"): t.get("template") for t in template}
             template = named.get("default") or next(iter(named.values()), None)
@@ -93,6 +106,16 @@ class Tokenizer:
             return self._template.render(messages=messages, add_generation_prompt=add_generation_prompt, **values)
         except jinja2.TemplateError as exc:
             raise InvalidRequestError(f"chat template error: {exc}") from exc
+
+
+def load_tokenizer(model: str | Path) -> Tokenizer | None:
+    """The tokenizer of a model folder or GGUF file; None when it has none (token-id prompts only)."""
+    from .gguf_file import GgufFile, is_gguf
+    if is_gguf(model):
+        from .gguf_tokenizer import tokenizer_from_gguf
+        return tokenizer_from_gguf(GgufFile(model))
+    model = Path(model)
+    return Tokenizer(model) if (model / "tokenizer.json").is_file() else None
 
 
 class IncrementalDetokenizer:

@@ -21,6 +21,8 @@ import torch.nn.functional as F
 
 from .config import ModelConfig, load_config
 from .forward_output import ForwardOutput
+from .gguf_checkpoint import open_gguf_model
+from .gguf_file import is_gguf
 from .kv_cache import KVCache
 from .loader import Checkpoint, parse_dtype
 from .rope import RotaryEmbedding, apply_rope
@@ -275,12 +277,16 @@ class CausalLM(nn.Module):
     # ------------------------------------------------------------------ loading
     @classmethod
     def from_pretrained(cls, model_dir: str | Path, dtype=None, device=None) -> "CausalLM":
-        cfg = load_config(model_dir)
+        """A model folder (Hugging Face layout) or a GGUF file."""
+        if is_gguf(model_dir):
+            cfg, checkpoint = open_gguf_model(model_dir)
+        else:
+            cfg, checkpoint = load_config(model_dir), None
         if dtype is None or dtype == "auto":
             # the checkpoint's dtype, except float16, which is slow on CPUs
             dtype = torch.bfloat16 if str(cfg.torch_dtype) in ("bfloat16", "torch.bfloat16") else torch.float32
         dtype = parse_dtype(dtype)
-        checkpoint = Checkpoint(model_dir)
+        checkpoint = checkpoint or Checkpoint(model_dir)
         with torch.device("meta"):
             model = cls(cfg)
         state = {}

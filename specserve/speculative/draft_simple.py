@@ -1,7 +1,7 @@
 """draft-simple: a separate small model of the same vocabulary drafts autoregressively
 (llama.cpp `common_speculative_impl_draft_simple`, docs/reference/llamacpp-speculative.md §5.5).
 
-The draft model is loaded with the target's model code (`-md DIR`, any supported family)
+The draft model is loaded with the target's model code (`-md DIR` or a GGUF file, any supported family)
 and keeps its own KV cache with one slot per engine slot. It is fed lazily: before
 drafting, each slot's draft cache is compared with the committed tokens, rolled back to
 the longest common prefix (that drops rejected draft rows) and fed what it has not seen,

@@ -1,6 +1,6 @@
 """draft-eagle3: an EAGLE-3 head drafts from the target's hidden states (docs/reference/eagle3-mtp.md §1,
 docs/reference/llamacpp-speculative.md §5.6). `-md DIR` is the draft folder in any public layout
-(models/eagle3_format.py).
+(models/eagle3_format.py) or a GGUF file.
 
 The head reads the residual stream at the target layers its checkpoint names (taps), projects
 them with `fc`, and chains on its own hidden state; the pending-row bookkeeping is shared with

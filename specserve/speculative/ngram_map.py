@@ -8,16 +8,19 @@ hashed yet; new positions are hashed after every search. Each matched key keeps 
 counter and, for k4v, up to four distinct continuations with their counts: k4v drafts
 only when one continuation occurs at least twice as often as all others together.
 A draft is never longer than the last accepted length of the continuation it came from.
+The map lives as long as the slot; begin() decides what a new request keeps of it.
 
-Deliberate differences from llama.cpp (documented in the README):
-  * k4v copies the draft from the chosen continuation's own position; llama.cpp copies
-    from the latest match whatever continuation won (issue #28431).
-  * llama.cpp assumes a slot's next prompt continues what the map indexed (the prefix
-    llama-server keeps cached). Here `begin()` checks that: where the new prompt diverges
-    earlier than llama.cpp's cleanup point, the cleanup starts at the divergence, so an
-    unrelated request is indexed from scratch. A shorter prompt (llama.cpp #21233 /
-    #23936) is cleaned up as llama.cpp does, and a history shorter than what the map saw
-    restarts the map instead of aborting.
+Two options choose between llama.cpp's behaviour and another (docs/ngram.md):
+  * begin (`--spec-ngram-map-*-begin`): llama.cpp trusts that a slot's new prompt continues
+    what the map indexed (the prefix llama-server keeps cached) and leaves the positions below
+    its cleanup point as they were. `check` (default) compares the new prompt with that history
+    and starts the cleanup at the first token that differs, so an unrelated request is indexed
+    from scratch; `trust` is llama.cpp's rule. Either way a prompt shorter than the last one is
+    cleaned up as llama.cpp's #23936 does, and a history shorter than what the map saw restarts
+    the map instead of aborting (#21233).
+  * k4v draft (`--spec-ngram-map-k4v-draft`): `latest` (default, llama.cpp) copies the tokens
+    after the key's latest occurrence whatever continuation won the vote; `winner` copies the
+    winning continuation's own tokens (llama.cpp PR #28431).
 The hashing and searches are vectorised; per-token Python work is limited to the few
 positions where the key occurs.
 """
@@ -37,6 +40,8 @@ MAX_VALUES = 4
 MAX_COUNT = 16380            # hit and occurrence counters saturate here
 LCG32_FACTOR = 2654435761
 DOMINANCE = 2                # k4v: best continuation must occur >= 2x all others together
+BEGIN_MODES = ("check", "trust")          # trust: llama.cpp's begin()
+DRAFT_MODES = ("latest", "winner")        # latest: llama.cpp's k4v draft
 
 
 def lcg32_hash(tokens) -> int:
@@ -76,8 +81,10 @@ class MapKey:
 class NgramMap:
     """The map of one slot."""
 
-    def __init__(self, n: int, m: int, key_only: bool, min_hits: int):
+    def __init__(self, n: int, m: int, key_only: bool, min_hits: int, begin: str = "check", draft: str = "latest"):
         self.n, self.m, self.key_only, self.min_hits = n, m, key_only, min_hits
+        self.trust_prefix = begin == "trust"      # llama.cpp's begin(): no check of the new prompt
+        self.draft_latest = draft == "latest"     # llama.cpp's k4v: copy after the latest match
         self.key_map = np.zeros(KEY_MAP_SIZE, dtype=np.uint32)
         self.reset()
 
@@ -105,12 +112,13 @@ class NgramMap:
         if cleanup > size_begin:                        # the prompt shrank (llama.cpp #23936)
             cleanup = size_begin - n - m if size_begin > n + m else 0
         stale = size_begin < self.idx_last_check
-        # llama.cpp assumes everything below `assumed` is unchanged; check it
-        assumed = cleanup if stale else len(self.history)
-        shared = common_prefix_len(self.history, tokens)
-        if shared < assumed:
-            cleanup = min(cleanup, shared - n - m if shared > n + m else 0)
-            stale = True
+        if not self.trust_prefix:
+            # llama.cpp assumes everything below `assumed` is unchanged; check it
+            assumed = cleanup if stale else len(self.history)
+            shared = common_prefix_len(self.history, tokens)
+            if shared < assumed:
+                cleanup = min(cleanup, shared - n - m if shared > n + m else 0)
+                stale = True
         if stale:
             self.key_map[self.key_map >= cleanup] = 0
             self.key_map_last_idx = cleanup - 1 if cleanup > 0 else 0
@@ -215,8 +223,8 @@ class NgramMap:
         value = cur.values[best]
         take = min(m, value.n_accepted)
         self.last_draft = (cur, best)
-        # the chosen continuation's own tokens (llama.cpp #28431 copies from the latest match)
-        return inp[value.value_idx:value.value_idx + take].tolist()
+        start = match + n if self.draft_latest else value.value_idx
+        return inp[start:start + take].tolist()
 
     def _count_values(self, inp: np.ndarray, key: np.ndarray, cur: MapKey, match: int) -> None:
         """Count the continuations after every occurrence of the key in [stat_idx, match] (both ends)."""
@@ -248,13 +256,23 @@ def map_options(kind: str) -> list[Option]:
     prefix = f"spec_ngram_map_{kind.replace('-', '_')}"
     flag = f"--spec-ngram-map-{kind}"
     hits_note = " (unused by ngram-map-k, as in llama.cpp)" if kind == "k" else ""
-    return [
+    options = [
         Option((f"{flag}-size-n",), f"{prefix}_size_n", int, 12, f"ngram-map-{kind}: length of the key n-gram"),
         Option((f"{flag}-size-m",), f"{prefix}_size_m", int, 48,
                f"ngram-map-{kind}: length of the drafted m-gram"),
         Option((f"{flag}-min-hits",), f"{prefix}_min_hits", int, 1,
                f"ngram-map-{kind}: lookups of a key before it drafts{hits_note}"),
+        Option((f"{flag}-begin",), f"{prefix}_begin", str, "check",
+               f"ngram-map-{kind}: what a slot's new prompt does to its map: check (compare it with the history "
+               "the map indexed and index it from the first token that differs) or trust (assume it continues "
+               "that history, as llama.cpp does)"),
     ]
+    if kind == "k4v":
+        options.append(Option((f"{flag}-draft",), f"{prefix}_draft", str, "latest",
+                              "ngram-map-k4v: which tokens a draft copies: latest (those after the key's latest "
+                              "occurrence, as llama.cpp does) or winner (those of the continuation that won the "
+                              "vote, as llama.cpp PR #28431 proposes)"))
+    return options
 
 
 class NgramMapK(TokenProposer):
@@ -267,14 +285,20 @@ class NgramMapK(TokenProposer):
         super().__init__(ctx)
         own = read_options(self.options, ctx.options, prefix=f"spec_ngram_map_{self.kind}_")
         self.n, self.m, self.min_hits = own.size_n, own.size_m, own.min_hits
+        flag = f"--spec-ngram-map-{self.kind}"
         if self.n < 1 or self.m < 1:
-            raise OptionError(f"--spec-ngram-map-{self.kind}-size-n and -size-m must be >= 1 "
-                              f"(got {self.n} and {self.m})")
+            raise OptionError(f"{flag}-size-n and -size-m must be >= 1 (got {self.n} and {self.m})")
+        if own.begin not in BEGIN_MODES:
+            raise OptionError(f"{flag}-begin must be one of {', '.join(BEGIN_MODES)}, got {own.begin!r}")
+        self.begin_mode, self.draft_mode = own.begin, getattr(own, "draft", DRAFT_MODES[0])
+        if self.draft_mode not in DRAFT_MODES:
+            raise OptionError(f"{flag}-draft must be one of {', '.join(DRAFT_MODES)}, got {self.draft_mode!r}")
         self.maps: list[NgramMap | None] = [None] * ctx.n_slots
 
     def _map(self, slot: int) -> NgramMap:
         if self.maps[slot] is None:          # allocated on first use (1 MiB hash table per slot)
-            self.maps[slot] = NgramMap(self.n, self.m, self.key_only, self.min_hits)
+            self.maps[slot] = NgramMap(self.n, self.m, self.key_only, self.min_hits, self.begin_mode,
+                                       self.draft_mode)
         return self.maps[slot]
 
     def begin(self, slot: int, prompt: np.ndarray) -> None:

@@ -12,7 +12,8 @@ SPEC_OPTIONS = [
     Option(("--spec-default",), "spec_default", bool, False,
            "when --spec-type is none or not given, use ngram-mod (n-match 24, n-min 48, n-max 64)"),
     Option(("-md", "--spec-draft-model", "--model-draft"), "spec_draft_model", str, None,
-           "draft model folder for the draft-* types", env="LLAMA_ARG_SPEC_DRAFT_MODEL"),
+           "draft model folder or GGUF file for the draft-* types (draft-mtp: folders only)",
+           env="LLAMA_ARG_SPEC_DRAFT_MODEL"),
     *DRAFT_OPTIONS,
     Option(("--spec-schedule",), "spec_schedule", bool, False,
            "every type: verify only the drafts that pay off across the batch, from each slot's acceptance "

@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..errors import IncompatibleDraftError
-from ..models.tokenizer import Tokenizer
+from ..models.tokenizer import Tokenizer, load_tokenizer
 
 MAX_SIZE_DIFFERENCE = 128
 CHECK_START_TOKEN_ID = 5
@@ -32,13 +32,12 @@ def check_vocab_compatible(target_tok: Tokenizer | None, target_vocab: int, draf
         raise IncompatibleDraftError(
             f"{where}: vocabulary size {draft_vocab} differs from the target's {target_vocab} by "
             f"{abs(target_vocab - draft_vocab)} (at most {MAX_SIZE_DIFFERENCE} allowed)")
-    has_draft_tok = (draft_dir / "tokenizer.json").is_file()
     if target_tok is None:
         return                      # a token-id-only target: nothing more can be compared
-    if not has_draft_tok:
-        raise IncompatibleDraftError(f"{where} has no tokenizer.json, so its vocabulary cannot be checked "
-                                     "against the target's")
-    draft_tok = Tokenizer(draft_dir)
+    draft_tok = load_tokenizer(draft_dir)
+    if draft_tok is None:
+        raise IncompatibleDraftError(f"{where} has no tokenizer.json (nor GGUF tokenizer metadata), so its "
+                                     "vocabulary cannot be checked against the target's")
     if vocab_type(target_tok) != vocab_type(draft_tok):
         raise IncompatibleDraftError(f"{where}: vocabulary type {vocab_type(draft_tok)} differs from the "
                                      f"target's {vocab_type(target_tok)}")

@@ -1,7 +1,8 @@
-"""A plain-loop transcription of llama.cpp's ngram-map algorithm
-(docs/reference/llamacpp-speculative.md §5.2), with the #28431 fix (k4v drafts from the chosen
-continuation). Tests compare the vectorised implementation with it on random histories where the
-new prompts continue what the map indexed (llama.cpp's assumption), so both must agree exactly."""
+"""A plain-loop transcription of llama.cpp's ngram-map algorithm (common/ngram-map.cpp,
+docs/reference/llamacpp-speculative.md §5.2). begin() is llama.cpp's: it trusts that a new prompt
+continues what the map indexed. k4v drafts the tokens after the latest match, as llama.cpp does, or
+with draft="winner" those of the winning continuation (llama.cpp PR #28431). Tests compare the
+vectorised implementation with it on random sessions of requests."""
 SIZE = 262144
 
 
@@ -13,8 +14,9 @@ def h32(tokens):
 
 
 class ReferenceMap:
-    def __init__(self, n, m, key_only, min_hits):
+    def __init__(self, n, m, key_only, min_hits, draft="latest"):
         self.n, self.m, self.key_only, self.min_hits = n, m, key_only, min_hits
+        self.draft_winner = draft == "winner"
         self.key_map = {}                      # sparse uint32[SIZE]
         self.key_map_last_idx = 0
         self.size_last_begin = 0
@@ -121,7 +123,8 @@ class ReferenceMap:
             return []
         value = cur[3][best]
         self.last = (cur, best)
-        return inp[value[0]:value[0] + min(m, value[2])]
+        start = value[0] if self.draft_winner else match + n
+        return inp[start:start + min(m, value[2])]
 
     def accept(self, n_accepted):
         if self.last is not None:
