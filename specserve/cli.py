@@ -11,6 +11,7 @@ from .errors import SpecServeError
 COMMANDS = {
     "generate": ("specserve.commands.generate", "generate text from a prompt (llama.cpp-style options)"),
     "serve": ("specserve.commands.serve", "OpenAI- and llama-server-compatible HTTP server"),
+    "serve-ray": ("specserve.commands.serve_ray", "`serve` replicated behind Ray Serve (the optional ray extra)"),
     "demo": ("specserve.commands.demo", "baseline vs every speculative method on the bundled model"),
     "lookup": ("specserve.commands.lookup", "n-gram cache files for ngram-cache: create, merge, stats"),
     "bench": ("specserve.commands.bench", "benchmark client (SPEED-Bench style): run, sweep, compare, report"),

@@ -31,14 +31,14 @@ def free_port() -> int:
 
 class ServerProcess:
     def __init__(self, model: Path, log_path: Path, *args: str, test_proposers: bool = False,
-                 api_key: str | None = None):
+                 api_key: str | None = None, command: str = "serve"):
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log_path = log_path
         self.api_key = api_key
         cmd = [sys.executable]
         cmd += ["-c", WITH_TEST_PROPOSERS.format(tests=str(TESTS))] if test_proposers else ["-m", "specserve"]
-        cmd += ["serve", "-m", str(model), "--port", str(self.port), *args]
+        cmd += [command, "-m", str(model), "--port", str(self.port), *args]
         if api_key:
             cmd += ["--api-key", api_key]
         env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
