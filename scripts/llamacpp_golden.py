@@ -10,6 +10,10 @@ the last prompt, continuing the conversation, unrelated and longer than the whol
 unrelated and between the two. A later turn of the conversation is sent as a completions client
 sends it: earlier prompt, reply, newline, new message (specserve/bench/samples.py).
 
+The n-gram types whose per-slot state outlives a request are also run with two slots (`-np 2`), where
+llama-server picks each request's slot by prompt similarity, then least recently used: the file
+records the slot (`id_slot`) and the counters of every request.
+
 Each server: the bundled model as an f32 GGUF, `-t 1 -np 1 -c 1024 --no-warmup`; each request:
 greedy, 128 tokens, EOS ignored, no prompt cache. Types: every draftless one (ngram-cache also with
 a static cache that llama-lookup-create builds from the prompt set's text), and the drafters
@@ -92,6 +96,10 @@ CONFIGS = [
                       "--spec-draft-n-max", "8"],
      ("draft-dspark", "stdlib-coder-dspark", {"spec_draft_n_max": 8})),
 ]
+
+
+# configurations (names above) also run with two slots: which slot a request takes decides which state it meets
+TWO_SLOTS = ["ngram-map-k", "ngram-map-k4v n=2 m=3", "ngram-cache"]
 
 
 def compact_json(data, depth: int = 0) -> str:
@@ -205,16 +213,20 @@ def logged_drafts(log_text: str) -> list[dict]:
 
 
 def run_config(bin_dir: Path, model: Path, args: list[str], session: list[dict], log: Path,
-               with_drafts: bool) -> list[dict]:
-    """Per request: llama-server's draft counters, its text where it differs from the session's, and with
-    with_drafts (a model drafter) the drafts and near-ties its -v log shows."""
+               with_drafts: bool, slots: int = 1) -> list[dict]:
+    """Per request: llama-server's draft counters, its text where it differs from the session's, with
+    several slots the slot it took, and with with_drafts (a model drafter) the drafts and near-ties its -v
+    log shows."""
     requests = []
     args = args + ["-v"] if with_drafts else args
-    with Server(bin_dir, model, SERVER_ARGS + args, log) as server, httpx.Client(timeout=600) as client:
+    server_args = [str(slots) if i and SERVER_ARGS[i - 1] == "-np" else a for i, a in enumerate(SERVER_ARGS)]
+    with Server(bin_dir, model, server_args + args, log) as server, httpx.Client(timeout=600) as client:
         for expected in session:
             reply = server.complete(client, expected["prompt"])
             timings = reply["timings"]
             record = {"draft_n": timings.get("draft_n", 0), "draft_n_accepted": timings.get("draft_n_accepted", 0)}
+            if slots > 1:
+                record["id_slot"] = reply["id_slot"]
             if reply["content"] != expected["text"] or reply["tokens"] != expected["tokens"]:
                 record.update(text=reply["content"], tokens=reply["tokens"])
                 print(f"  note: llama.cpp's output of request {len(requests)} differs from the run without "
@@ -264,6 +276,11 @@ def main() -> int:
                             "specserve": {"spec_type": spec_type, "drafter": drafter, "options": options},
                             "requests": requests})
             print("  " + " ".join(f"{r['draft_n']}/{r['draft_n_accepted']}" for r in requests), file=sys.stderr)
+            if name in TWO_SLOTS:
+                print(f"{name}, 2 slots ...", file=sys.stderr)
+                configs[-1]["requests_two_slots"] = run_config(
+                    bin_dir, model, llama_args, session, args.logs / f"llama-{name.replace(' ', '_')}-np2.log",
+                    False, slots=2)
     golden = {
         "about": "llama-server's output and draft counters per request over one session per spec type; "
                  "written by scripts/llamacpp_golden.py, replayed by tests/test_llamacpp_golden.py",

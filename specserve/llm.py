@@ -33,7 +33,8 @@ BUNDLED_MODEL = BUNDLED_DIR / "stdlib-coder"
 def load_engine(model: str | Path | None = None, draft_model: str | Path | None = None,
                 spec_type: str | list[str] | None = "none", n_parallel: int = 1, ctx_size: int = 0,
                 n_batch: int = 512, dtype: str = "auto", threads: int | None = None, kernels: str | None = None,
-                quant: str | None = None, cache_type_k: str = "f32", cache_type_v: str = "f32", **spec_options):
+                quant: str | None = None, cache_type_k: str = "f32", cache_type_v: str = "f32",
+                slot_prompt_similarity: float = 0.1, **spec_options):
     """(engine, tokenizer) for a model folder or GGUF file, with the requested speculative types.
 
     threads: compute threads (0 = the physical cores; None keeps the process setting);
@@ -67,8 +68,10 @@ def load_engine(model: str | Path | None = None, draft_model: str | Path | None 
     driver = build_driver(types, ProposerContext(target=target, n_slots=n_parallel, max_ctx=ctx, options=options,
                                                  draft_model_dir=options.get("spec_draft_model"),
                                                  tokenizer=tokenizer))
+    if not 0 <= slot_prompt_similarity <= 1:
+        raise OptionError(f"--slot-prompt-similarity must be between 0 and 1, got {slot_prompt_similarity}")
     engine = Engine(target, tokenizer, n_parallel=n_parallel, ctx_size=ctx, n_batch=n_batch, driver=driver,
-                    cache_types=(cache_type_k, cache_type_v))
+                    cache_types=(cache_type_k, cache_type_v), slot_prompt_similarity=slot_prompt_similarity)
     return engine, tokenizer
 
 

@@ -27,6 +27,10 @@ MODEL_OPTIONS = [
            env="LLAMA_ARG_N_PARALLEL"),
     Option(("-b", "--batch-size"), "batch_size", int, 512, "most rows in one target forward (prompt chunking)",
            env="LLAMA_ARG_BATCH"),
+    Option(("-sps", "--slot-prompt-similarity"), "slot_prompt_similarity", float, 0.1,
+           "a request takes the free slot whose last request shares the longest prefix with its prompt when "
+           "that prefix is more than this fraction of the prompt, else the least recently used slot "
+           "(0 = always the least recently used); it keeps a conversation's n-gram state"),
     Option(("--dtype",), "dtype", str, "auto",
            "dtype of weights and linear layers: auto (the checkpoint's; float16 runs as float32), float32, "
            "bfloat16 or float16; attention and the KV cache are always float32"),

@@ -1,7 +1,8 @@
 """specserve against golden data from the real llama.cpp (tests/data/llamacpp_golden.json, written by
 scripts/llamacpp_golden.py): one session of eight requests per spec type, replayed here on one engine
 with one slot, must give llama-server's text and its draft counters (`timings.draft_n`,
-`draft_n_accepted`) request by request. The n-gram types run with the options that restore
+`draft_n_accepted`) request by request; the n-gram types with per-slot state are replayed on two
+slots too, where each request must also take llama-server's slot. The n-gram types run with the options that restore
 llama.cpp's behaviour where specserve's default differs; the last test shows that those defaults do
 better on the same session.
 
@@ -19,6 +20,7 @@ import pytest
 from specserve import LLM, SamplingParams
 from specserve.bench.samples import load_bundled
 from specserve.bundled import BUNDLED_DIR
+from specserve.engine.request import Request
 from specserve.llm import BUNDLED_MODEL
 from specserve.models.tokenizer import Tokenizer
 from specserve.speculative.ngram_cache_store import NgramCache
@@ -40,11 +42,11 @@ def static_cache(tmp_path_factory) -> Path:
     return path
 
 
-def replay(spec_type: str, drafter: str | None, options: dict) -> list[dict]:
-    """The session on one engine with one slot: per request, the output, the draft counters and the drafts
-    the method made (before the caller's cap cuts them)."""
+def replay(spec_type: str, drafter: str | None, options: dict, slots: int = 1) -> list[dict]:
+    """The session on one engine, one request after another: per request, the output, the slot it took,
+    the draft counters and the drafts the method made (before the caller's cap cuts them)."""
     draft_model = BUNDLED_DIR / drafter if drafter else None
-    llm = LLM(None, draft_model=draft_model, spec_type=spec_type, n_parallel=1,
+    llm = LLM(None, draft_model=draft_model, spec_type=spec_type, n_parallel=slots,
               ctx_size=int(GOLDEN["server_args"][GOLDEN["server_args"].index("-c") + 1]), dtype="float32", **options)
     proposer = llm.engine.driver.proposers[0]
     drafting, drafts = proposer.draft, []
@@ -59,10 +61,12 @@ def replay(spec_type: str, drafter: str | None, options: dict) -> list[dict]:
     params = SamplingParams(temperature=request["temperature"], max_tokens=request["n_predict"],
                             ignore_eos=request["ignore_eos"])
     got = []
-    for entry in SESSION:
+    for i, entry in enumerate(SESSION):
         drafts.clear()
-        out = llm.generate(entry["prompt_tokens"], params)[0]
-        got.append({"text": out.text, "tokens": out.token_ids, "draft_n": out.timings.get("draft_n", 0),
+        request = Request(f"golden-{i}", entry["prompt_tokens"], params)
+        out = llm.service.run([request])[0]
+        got.append({"text": out.text, "tokens": out.token_ids, "id_slot": request.slot,
+                    "draft_n": out.timings.get("draft_n", 0),
                     "draft_n_accepted": out.timings.get("draft_n_accepted", 0), "drafts": list(drafts)})
     return got
 
@@ -132,6 +136,21 @@ def test_session_matches_llama_server(name, static_cache):
         ties = {(t[0], t[1]): t for t in theirs["near_ties"]}
         assert where in ties, f"request {r}: draft {d} differs at position {i}, where llama.cpp had no near-tie"
         assert g["drafts"][d][i] == ties[where][4], f"request {r}: draft {d} position {i} is neither candidate"
+
+
+TWO_SLOTS = [name for name, config in CONFIGS.items() if "requests_two_slots" in config]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", TWO_SLOTS)
+def test_two_slot_session_takes_llama_servers_slots(name, static_cache):
+    config = CONFIGS[name]
+    spec = config["specserve"]
+    got = replay(spec["spec_type"], spec["drafter"], options_of(config, static_cache), slots=2)
+    assert [g["text"] for g in got] == [s["text"] for s in SESSION]
+    fields = ("id_slot", "draft_n", "draft_n_accepted")
+    assert [tuple(g[f] for f in fields) for g in got] == \
+        [tuple(r[f] for f in fields) for r in config["requests_two_slots"]]
 
 
 # specserve's defaults where they differ from llama.cpp (docs/ngram.md): the option, and its default value

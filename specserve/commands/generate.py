@@ -29,7 +29,7 @@ def engine_from_args(args, n_parallel: int | None = None):
     return load_engine(args.model, draft_model, spec_type, n_parallel=n_parallel or args.parallel,
                        ctx_size=args.ctx_size, n_batch=args.batch_size, dtype=args.dtype, threads=args.threads,
                        kernels=args.kernels, quant=args.quant, cache_type_k=args.cache_type_k,
-                       cache_type_v=args.cache_type_v, **spec)
+                       cache_type_v=args.cache_type_v, slot_prompt_similarity=args.slot_prompt_similarity, **spec)
 
 
 def sampling_from_args(args) -> SamplingParams:

@@ -31,6 +31,7 @@ from ..speculative.base import Draft, DraftRequest, TargetBatch
 from ..speculative.driver import NullDriver, SpecDriver
 from ..speculative.verify import verify
 from .request import Request, State, TokenLogprob
+from .slot_choice import SlotChooser
 from .stopping import StopChecker
 
 log = logging.getLogger("specserve.engine")
@@ -49,7 +50,7 @@ class SlotWork:
 class Engine:
     def __init__(self, target: CausalLM, tokenizer: Tokenizer | None, n_parallel: int = 1,
                  ctx_size: int = 0, n_batch: int = 512, driver: SpecDriver | None = None,
-                 cache_types: tuple[str, str] = ("f32", "f32")):
+                 cache_types: tuple[str, str] = ("f32", "f32"), slot_prompt_similarity: float = 0.1):
         if n_parallel < 1:
             raise InvalidRequestError("n_parallel must be >= 1")
         self.target = target
@@ -61,6 +62,7 @@ class Engine:
         self.device = target.device
         self.driver = driver if driver is not None else NullDriver(n_parallel)
         self.slots: list[Request | None] = [None] * n_parallel
+        self.slot_chooser = SlotChooser(n_parallel, slot_prompt_similarity)
         self.waiting: collections.deque[Request] = collections.deque()
         self.lock = threading.Lock()
         self.eos_ids = set(target.config.eos_token_ids)
@@ -108,15 +110,15 @@ class Engine:
 
     def _admit(self) -> None:
         with self.lock:
-            for slot in range(self.n_parallel):
-                if not self.waiting:
+            while self.waiting:
+                free = [slot for slot, r in enumerate(self.slots) if r is None]
+                if not free:
                     break
-                if self.slots[slot] is not None:
-                    continue
                 req = self.waiting.popleft()
                 if req.abort_requested:
                     self._finish(req, "abort")
                     continue
+                slot = self.slot_chooser.choose(free, np.asarray(req.prompt_ids, dtype=np.int64))
                 req.slot = slot
                 req.state = State.PREFILL
                 req.t_start = time.perf_counter()
@@ -332,6 +334,7 @@ class Engine:
             r.t_first_token = r.t_end
         if 0 <= r.slot < self.n_parallel and self.slots[r.slot] is r:
             self.slots[r.slot] = None
+            self.slot_chooser.release(r.slot, r.tokens[:r.n_cached])
             self.cache.clear(r.slot)
             self.driver.release(r.slot)
         for listener in self.finish_listeners:
