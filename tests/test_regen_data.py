@@ -31,3 +31,18 @@ def test_regenerated_data_is_deterministic_and_cached(tiny_qwen3, tmp_path):
     assert regen_metadata(tmp_path / "a.npz") == meta
     assert all(np.array_equal(x.tokens, y.tokens) for x, y in zip(again, load_regen_dataset(tmp_path / "a.npz")))
 
+
+
+def test_sampler_of_the_sampled_continuations_is_an_option(tiny_qwen3, tmp_path):
+    t1 = RegenSettings(n_samples=4, sampled_fraction=1.0, sampled_temperature=1.0, sampled_top_k=0,
+                       sampled_top_p=1.0)
+    assert all(p.temperature == 1.0 and p.top_k == 0 and p.top_p == 1.0 for p in sampling_params(t1))
+    assert not any(p.greedy for p in sampling_params(t1))
+    settings = dict(n_samples=4, new_tokens=6, prompt_tokens_min=8, prompt_tokens_max=12)
+    build_regen_dataset(tiny_qwen3, tmp_path / "a.npz", progress=False, **settings)
+    # other sampler settings make another file: reusing a.npz for them is an error
+    from specserve.errors import OptionError
+    with pytest.raises(OptionError, match="other settings"):
+        build_regen_dataset(tiny_qwen3, tmp_path / "a.npz", progress=False, sampled_temperature=1.0, **settings)
+    with pytest.raises(OptionError, match="--sampled-fraction"):
+        build_regen_dataset(tiny_qwen3, tmp_path / "b.npz", progress=False, sampled_fraction=2.0, **settings)

@@ -5,7 +5,8 @@ target itself (as DFlash/DSpark/EAGLE-3 training does): prompts are windows of t
 training split of the Python standard library (the bundled model's own training files,
 never the held-out ones), and the target continues each prompt through this project's
 engine, half of the samples greedily and half sampled (T=0.7, top-k 20, top-p 0.8, the
-DeepSpec settings). Everything is seeded, and the engine's output does not depend on
+DeepSpec settings; the fraction and the sampler are options, e.g. T=1 without top-k/top-p to
+match what a drafter meets when serving at T=1). Everything is seeded, and the engine's output does not depend on
 batch composition, so the same settings always give the same file. Under torchrun each rank
 regenerates every world-th sample and rank 0 writes the file: the same file at any world size.
 
@@ -48,6 +49,14 @@ class RegenSettings:
     new_tokens: int = 128
     sampled_fraction: float = 0.5
     seed: int = 0
+    sampled_temperature: float = 0.7
+    sampled_top_k: int = 20
+    sampled_top_p: float = 0.8
+
+
+# settings added after files were first made: at their defaults they stay out of the fingerprint, so
+# those files still match the settings that made them
+LATER_SETTINGS = {"sampled_temperature": 0.7, "sampled_top_k": 20, "sampled_top_p": 0.8}
 
 
 def _prompts(tokenizer, settings: RegenSettings) -> list[list[int]]:
@@ -72,7 +81,8 @@ def _prompts(tokenizer, settings: RegenSettings) -> list[list[int]]:
 
 
 def _fingerprint(target_dir: Path, settings: RegenSettings) -> str:
-    h = hashlib.sha256(json.dumps(asdict(settings), sort_keys=True).encode())
+    values = {k: v for k, v in asdict(settings).items() if LATER_SETTINGS.get(k, object()) != v}
+    h = hashlib.sha256(json.dumps(values, sort_keys=True).encode())
     for name in ("config.json", "model.safetensors", "tokenizer.json"):
         path = target_dir / name
         if path.is_file():
@@ -141,7 +151,8 @@ def sampling_params(cfg: RegenSettings) -> list[SamplingParams]:
     params = []
     for i in range(cfg.n_samples):
         if rng.random() < cfg.sampled_fraction:
-            params.append(SamplingParams(max_tokens=cfg.new_tokens, temperature=0.7, top_k=20, top_p=0.8,
+            params.append(SamplingParams(max_tokens=cfg.new_tokens, temperature=cfg.sampled_temperature,
+                                         top_k=cfg.sampled_top_k, top_p=cfg.sampled_top_p,
                                          seed=cfg.seed * 1_000_003 + i))
         else:
             params.append(SamplingParams(max_tokens=cfg.new_tokens, temperature=0.0))
@@ -155,6 +166,11 @@ def build_regen_dataset(target_dir: str | Path, out_path: str | Path, n_parallel
     made with other settings (or another target) is an error unless `overwrite`: it may be someone's data.
     With several data-parallel ranks, each regenerates its share and rank 0 writes the file."""
     cfg = RegenSettings(**settings)
+    if not 0 <= cfg.sampled_fraction <= 1:
+        raise OptionError(f"--sampled-fraction must be between 0 and 1, got {cfg.sampled_fraction}")
+    if cfg.sampled_temperature <= 0:
+        raise OptionError(f"--temperature must be positive, got {cfg.sampled_temperature} "
+                          "(greedy continuations: --sampled-fraction 0)")
     target_dir, out_path = Path(target_dir), Path(out_path)
     out_path.parent.mkdir(parents=True, exist_ok=True)
     fingerprint = _fingerprint(target_dir, cfg)
@@ -209,6 +225,12 @@ def main(argv=None) -> int:
     parser.add_argument("--samples", type=int, default=RegenSettings.n_samples)
     parser.add_argument("--new-tokens", type=int, default=RegenSettings.new_tokens)
     parser.add_argument("--seed", type=int, default=RegenSettings.seed)
+    parser.add_argument("--sampled-fraction", type=float, default=RegenSettings.sampled_fraction,
+                        help="share of the samples continued by sampling (the rest greedily)")
+    parser.add_argument("--temperature", type=float, default=RegenSettings.sampled_temperature,
+                        help="temperature of the sampled continuations")
+    parser.add_argument("--top-k", type=int, default=RegenSettings.sampled_top_k, help="their top-k (0 = off)")
+    parser.add_argument("--top-p", type=float, default=RegenSettings.sampled_top_p, help="their top-p (1 = off)")
     parser.add_argument("-np", "--parallel", type=int, default=16)
     parser.add_argument("--overwrite", action="store_true",
                         help="replace an existing --out file made with other settings (default: an error)")
@@ -216,7 +238,9 @@ def main(argv=None) -> int:
     dp = DataParallel.from_environment()
     try:
         samples = build_regen_dataset(args.target, args.out, n_parallel=args.parallel, n_samples=args.samples,
-                                      new_tokens=args.new_tokens, seed=args.seed, overwrite=args.overwrite, dp=dp)
+                                      new_tokens=args.new_tokens, seed=args.seed, overwrite=args.overwrite, dp=dp,
+                                      sampled_fraction=args.sampled_fraction, sampled_temperature=args.temperature,
+                                      sampled_top_k=args.top_k, sampled_top_p=args.top_p)
     except SpecServeError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
