@@ -61,17 +61,23 @@ def check_port(host: str, port: int) -> None:
                 from None
 
 
-def run(args) -> int:
-    import uvicorn
-
-    from ..server.app import create_app
-    check_port(args.host, args.port)
+def load_served(args):
+    """(engine, tokenizer, settings) as they are served: the settings report what actually runs."""
     settings = settings_from_args(args)
     engine, tokenizer = engine_from_args(args)
     # what actually runs (--spec-default may have chosen a type)
     settings.spec_types = [p.name for p in engine.driver.proposers]
     if engine.driver.enabled:           # the longest draft that can really run (a drafter may clamp the option)
         settings.spec_options = {**settings.spec_options, "spec_draft_n_max": engine.driver.max_draft()}
+    return engine, tokenizer, settings
+
+
+def run(args) -> int:
+    import uvicorn
+
+    from ..server.app import create_app
+    check_port(args.host, args.port)
+    engine, tokenizer, settings = load_served(args)
     app = create_app(engine, tokenizer, settings)
     log.info("serving %s on http://%s:%d: %d slots, context %d per slot, speculative types: %s%s",
              settings.model_name, args.host, args.port, engine.n_parallel, engine.ctx_size,

@@ -152,14 +152,8 @@ class SpecserveReplica:
     """One engine with its slots, serving the specserve app inside a Ray Serve replica."""
 
     def __init__(self, args):
-        from ..commands.generate import engine_from_args
-        from ..commands.serve import settings_from_args
-        self.settings = settings_from_args(args)
-        self.engine, self.tokenizer = engine_from_args(args)
-        self.settings.spec_types = [p.name for p in self.engine.driver.proposers]
-        if self.engine.driver.enabled:
-            self.settings.spec_options = {**self.settings.spec_options,
-                                          "spec_draft_n_max": self.engine.driver.max_draft()}
+        from ..commands.serve import load_served
+        self.engine, self.tokenizer, self.settings = load_served(args)
         self.replica = serve.get_replica_context().replica_id.unique_id
         self.board = MetricsBoard.options(name=METRICS_ACTOR, namespace=METRICS_NAMESPACE, get_if_exists=True,
                                           lifetime="detached").remote()

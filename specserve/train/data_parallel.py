@@ -68,13 +68,6 @@ class DataParallel:
             total = total / self.world
         return total.clamp_min(1e-8)
 
-    def global_count(self, local: int) -> int:
-        if not self.distributed:
-            return local
-        count = torch.tensor([local], dtype=torch.int64)
-        dist.all_reduce(count)
-        return int(count)
-
     def latest(self, seconds: float) -> float:
         """The largest of the ranks' clocks: decisions taken on elapsed time must agree on every rank."""
         if not self.distributed:

@@ -56,7 +56,8 @@ class RegenSettings:
 
 # settings added after files were first made: at their defaults they stay out of the fingerprint, so
 # those files still match the settings that made them
-LATER_SETTINGS = {"sampled_temperature": 0.7, "sampled_top_k": 20, "sampled_top_p": 0.8}
+LATER_SETTINGS = {name: getattr(RegenSettings, name) for name in ("sampled_temperature", "sampled_top_k",
+                                                                   "sampled_top_p")}
 
 
 def _prompts(tokenizer, settings: RegenSettings) -> list[list[int]]:
