@@ -15,7 +15,8 @@ from support.prompts import DRAFTER_PROMPTS, PI, TWO
 from specserve import LLM, SamplingParams
 from specserve.models.step_batch import StepBatch, split_by_length
 from specserve.speculative import registry
-from specserve.speculative.acceptance_schedule import DECIDE_EVERY, EXPLORE_EVERY, PRIOR, AcceptanceScheduler
+from specserve.speculative.acceptance_schedule import (DECIDE_EVERY, EXPLORE_BUDGET, EXPLORE_EVERY, PRIOR,
+                                                       AcceptanceScheduler)
 from specserve.speculative.base import Draft
 from specserve.speculative.step_cost import StepCostTable
 
@@ -73,6 +74,29 @@ def test_drafting_stops_when_it_cannot_pay_for_itself():
     sched.draft_seconds[4] = 0.0001                                  # drafting pays again: soon every step drafts
     sched.observe(0, 3, 3)
     assert all(d == slots for d in [sched.drafting_slots(slots, caps) for _ in range(40)][DECIDE_EVERY:])
+
+
+def test_exploring_calls_cost_at_most_their_budget_of_decoding():
+    """An exploring draft that catches its slot up on many tokens can cost several decode steps: the
+    next exploration waits until that cost is EXPLORE_BUDGET of the decoding in between."""
+    table = StepCostTable([1, 64], [0.01, 0.04])
+    sched = AcceptanceScheduler(4, 3, table)
+    slots, caps = [0, 1, 2, 3], [3] * 4
+    plain = 1.0 / table.steps_per_second(4)
+    assert sched.drafting_slots(slots, caps) == [0]
+    sched.note_draft_time(5 * plain, 1)                  # the first call: as slow as 5 decode steps
+    sched.draft_seconds[4] = 1.0                         # drafting does not pay
+
+    def steps_to_next_exploration(call_seconds):
+        for step in range(1, 1000):
+            if sched.drafting_slots(slots, caps):
+                sched.note_draft_time(call_seconds, 1)
+                return step
+
+    gap = int(np.ceil(5 / EXPLORE_BUDGET))
+    assert steps_to_next_exploration(5 * plain) >= gap - 1      # not after EXPLORE_EVERY steps
+    assert steps_to_next_exploration(plain) >= gap - 1          # the slow call's wait; this one is cheap...
+    assert steps_to_next_exploration(plain) < gap               # ... so the next comes at the doubling gaps
 
 
 def test_draft_time_of_an_unmeasured_slot_count_is_priced_up_from_a_smaller_one():

@@ -49,6 +49,13 @@ class BlockDraft(ctypes.Structure):
                 ("temperature", c_void_p), ("noise", c_void_p)]
 
 
+class HeadChain(ctypes.Structure):
+    _fields_ = [("n_rows", c_int64), ("tokens", c_void_p), ("hidden_in", c_void_p), ("attn", Attention),
+                ("n_out", c_int64), ("out_rows", c_void_p), ("embed_norm", c_void_p), ("hidden_norm", c_void_p),
+                ("proj", Weight), ("id_map", c_void_p), ("hidden_first", c_int32), ("zero_embed_at_pos0", c_int32),
+                ("residual_normed", c_int32), ("feed_normed", c_int32)]
+
+
 _SIGNATURES = {
     "ss_version": (c_int32, []),
     "ss_features": (c_int32, []),
@@ -67,6 +74,7 @@ _SIGNATURES = {
     "ss_sampling_probs": (None, [c_void_p, c_int64, c_int64, c_int32, c_float, c_float, c_float, c_void_p]),
     "ss_sample": (None, [c_void_p, c_int64, c_int64, c_void_p, c_void_p]),
     "ss_block_draft_forward": (c_int32, [POINTER(Model), POINTER(BlockDraft)]),
+    "ss_head_greedy_chain": (c_int32, [POINTER(Model), POINTER(HeadChain), c_int64, c_void_p]),
 }
 ABI_VERSION = 1
 

@@ -3,6 +3,8 @@ float32 KV cache over their own layers, run with the same batch-invariant layer 
 (the native kernels on the CPU, else PyTorch operations)."""
 from __future__ import annotations
 
+import ctypes
+
 import torch
 import torch.nn as nn
 
@@ -10,10 +12,10 @@ from .config import ModelConfig
 from .kv_cache import KVCache
 from .rope import RotaryEmbedding
 from .step_batch import StepBatch
-from ..kernels import use_native_kernels
+from ..kernels import capi, library, use_native_kernels
 from ..kernels.packed import PackedLinear
 from .native_decoder import NativeLayers, causal_attention, commit_lengths
-from .transformer import ACTIVATIONS, ServingWeights, linear, rope_tables, serving_cache
+from .transformer import ACTIVATIONS, ServingWeights, float32_copy, linear, rope_tables, serving_cache
 
 
 class DraftHead(nn.Module):
@@ -28,6 +30,11 @@ class DraftHead(nn.Module):
         self.quant: str | None = None
 
     def decoder_layers(self) -> list[nn.Module]:
+        raise NotImplementedError
+
+    def chain_parts(self) -> dict:
+        """What the native greedy chain reads besides the layers (kernels.h, ss_head_chain): the embedding,
+        final norm and lm_head name, the norms of the two input parts, proj's name (or None) and flags."""
         raise NotImplementedError
 
     def head_linears(self) -> dict[str, tuple[torch.Tensor, torch.Tensor | None]]:
@@ -59,7 +66,41 @@ class DraftHead(nn.Module):
         if native and self.native is None:
             self.native = NativeLayers(self.decoder_layers(), self.config, self.quant)
             self.packed = {name: PackedLinear(w, b, self.quant) for name, (w, b) in self.head_linears().items()}
+            self._chain = self._chain_struct()
         return cache
+
+    def _chain_struct(self) -> capi.HeadChain:
+        """The constant part of ss_head_chain; the embedding, final norm and lm_head go into the C model."""
+        parts = self.chain_parts()
+        self.native.set_io(parts["embed"], parts["final_norm"], self.packed[parts["head"]])
+        norms = [float32_copy(parts["embed_norm"]).contiguous(), float32_copy(parts["hidden_norm"]).contiguous()]
+        self.native.keep += norms
+        chain = capi.HeadChain(embed_norm=norms[0].data_ptr(), hidden_norm=norms[1].data_ptr(),
+                               hidden_first=parts.get("hidden_first", False),
+                               zero_embed_at_pos0=parts.get("zero_embed_at_pos0", False),
+                               residual_normed=parts.get("residual_normed", False),
+                               feed_normed=parts.get("feed_normed", False))
+        if parts.get("proj"):
+            chain.proj = self.packed[parts["proj"]].struct
+        return chain
+
+    def greedy_chain(self, batch: StepBatch, hidden: torch.Tensor, cache: KVCache, n_more: int,
+                     id_map: torch.Tensor | None = None) -> torch.Tensor:
+        """Greedy drafts [S, 1 + n_more] (target ids through id_map) in one native call: `batch` with its
+        input hidden rows (output rows: each slot's last row, in slot order), then n_more steps that feed
+        each slot's draft with its output hidden row. The cache lengths include every fed row."""
+        hidden = hidden.float().contiguous()
+        keep: list = []
+        chain = self._chain
+        chain.n_rows, chain.tokens, chain.hidden_in = batch.n_tokens, batch.tokens.data_ptr(), hidden.data_ptr()
+        chain.attn = causal_attention(self.rope, batch, cache, keep)
+        chain.n_out, chain.out_rows = batch.output_rows.shape[0], batch.output_rows.data_ptr()
+        chain.id_map = 0 if id_map is None else id_map.data_ptr()
+        drafts = torch.empty(batch.output_rows.shape[0], 1 + n_more, dtype=torch.int64)
+        library().ss_head_greedy_chain(self.native.model_ref, ctypes.byref(chain), n_more, drafts.data_ptr())
+        for seg in batch.segments:
+            cache.lengths[seg.slot] = seg.pos0 + seg.n_rows + n_more
+        return drafts
 
     def native_layers(self, batch: StepBatch, cache: KVCache, x: torch.Tensor,
                       first_input: torch.Tensor | None = None) -> torch.Tensor:

@@ -141,3 +141,9 @@ class Eagle3Draft(DraftHead):
         if not batch.output_rows.numel():
             return None, None
         return self.output(x.index_select(0, batch.output_rows))
+
+    def chain_parts(self):
+        layer = self.layers[0]
+        return {"embed": self.embedding_weight, "final_norm": self.norm.weight, "head": "lm_head",
+                "embed_norm": layer.input_layernorm.weight, "hidden_norm": layer.hidden_norm.weight,
+                "residual_normed": self.opts.norm_before_residual, "feed_normed": self.opts.norm_output}

@@ -80,3 +80,8 @@ class MtpHead(DraftHead):
         if not batch.output_rows.numel():
             return None, None
         return self.output(x.index_select(0, batch.output_rows))
+
+    def chain_parts(self):
+        return {"embed": self.embedding, "final_norm": self.out_norm.weight, "head": "head",
+                "embed_norm": self.enorm.weight, "hidden_norm": self.hnorm.weight, "proj": "eh_proj",
+                "hidden_first": self.hidden_first, "zero_embed_at_pos0": True, "feed_normed": True}

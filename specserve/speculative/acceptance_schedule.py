@@ -23,7 +23,9 @@ drafter at high concurrency), the step does not draft at all (`drafting_slots`),
 exploring steps at growing intervals, which keep the estimates and the draft time current. The
 first draft and every exploring step draft for ONE slot, the one that drafted longest ago: a drafter catches up on
 everything its slot produced since it last drafted, and a request that ends before its slot is
-explored again never costs that catch-up. The draft time is estimated per number of drafting
+explored again never costs that catch-up. Such a catch-up can cost several decode steps, so the
+next exploration waits long enough for the last one's cost to stay under EXPLORE_BUDGET of the
+decoding time in between. The draft time is estimated per number of drafting
 slots (a count not measured yet is priced linearly from a smaller one, which overestimates it).
 """
 from __future__ import annotations
@@ -38,7 +40,8 @@ PRIOR = 0.5          # acceptance chance assumed before any observation ...
 PRIOR_WEIGHT = 2.0   # ... worth this many observations
 DECAY = 0.9          # weight kept by older observations at each verification of the slot
 EXPLORE_EVERY = 8    # while drafting does not pay, still draft after this many steps (fresh estimates),
-EXPLORE_MAX = 128    # ... the gap doubling up to this while it keeps not paying
+EXPLORE_MAX = 128    # ... the gap doubling up to this while it keeps not paying,
+EXPLORE_BUDGET = 0.02  # ... and never so often that exploring calls cost more than this share of decoding
 DECIDE_EVERY = 4     # the draft-or-not decision is re-evaluated every this many steps (estimates move slowly)
 
 
@@ -56,6 +59,8 @@ class AcceptanceScheduler:
         self.n_decisions = 0
         self.explore_gap = EXPLORE_EVERY
         self.next_explore = 0
+        self.exploring_rows = 0                              # rows of the exploring step whose call is timed next
+        self.explore_steps = 0                               # fewest steps between explorations (EXPLORE_BUDGET)
         self.last_decision: bool | None = None              # None: not worked out yet
         self.decided_for = (0, 0)                            # (slots, observations) it was worked out for
         self.n_observed = 0
@@ -75,7 +80,13 @@ class AcceptanceScheduler:
         """Running estimate of a steady-state draft call for n_slots slots. A call that catches a
         drafter up on many tokens (the first after a prompt, or after steps without drafting) is slow
         once and says little about the next ones, so slower calls move the estimate little and much
-        slower ones not at all; faster calls move it quickly."""
+        slower ones not at all; faster calls move it quickly. An exploring call also sets how long
+        the next exploration waits."""
+        if self.exploring_rows:
+            plain_step = 1.0 / self.cost_table.steps_per_second(self.exploring_rows) + self.other_seconds
+            self.explore_steps = int(np.ceil(seconds / (EXPLORE_BUDGET * plain_step)))
+            self.next_explore = max(self.next_explore, self.n_decisions + self.explore_steps)
+            self.exploring_rows = 0
         known = self.draft_seconds.get(n_slots, 0.0)
         if known == 0:
             self.draft_seconds[n_slots] = seconds
@@ -115,13 +126,16 @@ class AcceptanceScheduler:
         again when the number of slots changes, and every DECIDE_EVERY steps when there are new
         observations; in between it is reused."""
         self.n_decisions += 1
+        self.exploring_rows = 0
         chosen = list(range(len(slots)))
         if not self.draft_seconds:              # the first draft measures a call for one slot
             chosen = [int(np.argmin(self.last_drafted[slots]))]
+            self.exploring_rows = len(slots)
         elif self.last_decision is False and self.n_decisions >= self.next_explore:
-            self.next_explore = self.n_decisions + self.explore_gap
+            self.next_explore = self.n_decisions + self.explore_gap      # or later: note_draft_time
             self.explore_gap = min(2 * self.explore_gap, EXPLORE_MAX)
             chosen = [int(np.argmin(self.last_drafted[slots]))]
+            self.exploring_rows = len(slots)
         elif (self.last_decision is not None and self.decided_for[0] == len(slots)
               and (self.n_decisions % DECIDE_EVERY or self.decided_for[1] == self.n_observed)):
             chosen = chosen if self.last_decision else []       # nothing new to decide on
@@ -133,7 +147,7 @@ class AcceptanceScheduler:
                 self.explore_gap = EXPLORE_EVERY
             else:
                 if was is not False:            # drafting just stopped paying: explore after EXPLORE_EVERY steps
-                    self.next_explore = self.n_decisions + self.explore_gap
+                    self.next_explore = self.n_decisions + max(self.explore_gap, self.explore_steps)
                 chosen = []
         for i in chosen:
             self.last_drafted[slots[i]] = self.n_decisions

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import Callable
 
+import numpy as np
 import torch
 
 from ..models.step_batch import StepBatch
@@ -87,6 +88,22 @@ def feed_long_catch_ups(first: list[ChainRows], step: StepFn) -> None:
             r.tokens, r.pos0 = r.tokens[n:], r.pos0 + n
             if r.hidden is not None:
                 r.hidden = r.hidden[n:]
+
+
+def one_call_chain(requests: list[DraftRequest], first: list[ChainRows], step: StepFn, settings: SimpleNamespace,
+                   chain: Callable[[StepBatch, "torch.Tensor | None", int], torch.Tensor]) -> dict[int, Draft]:
+    """run_chain's greedy drafts (no probability cut, no sampling) with every step in one native call:
+    chain(batch, hidden, n_more) -> target ids [S, 1 + n_more], the batch's output rows being each slot's
+    last row. Small Python operations between native calls run on cold caches and cost more than a
+    small drafter's layers."""
+    feed_long_catch_ups(first, step)
+    by_slot = {r.slot: r for r in requests}
+    caps = [draft_cap(settings, by_slot[r.slot]) for r in first]
+    batch = StepBatch.build([(r.slot, r.tokens, r.pos0) for r in first],
+                            (np.cumsum([r.tokens.shape[0] for r in first]) - 1).tolist())
+    hidden = None if first[0].hidden is None else torch.cat([r.hidden for r in first])
+    drafts = chain(batch, hidden, max(caps) - 1).tolist()
+    return {r.slot: Draft(tokens[:cap]) for r, cap, tokens in zip(first, caps, drafts) if cap >= max(1, settings.n_min)}
 
 
 def run_chain(requests: list[DraftRequest], first: list[ChainRows], step: StepFn, settings: SimpleNamespace,

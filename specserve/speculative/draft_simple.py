@@ -16,7 +16,7 @@ from ..errors import OptionError
 from ..models.step_batch import StepBatch
 from ..models.transformer import CausalLM
 from .base import Draft, DraftRequest, Proposer, ProposerContext
-from .draft_chain import ChainRows, draft_cap, feed_long_catch_ups, run_chain
+from .draft_chain import ChainRows, one_call_chain, run_chain
 from .draft_options import draft_settings
 from .vocab_compat import check_vocab_compatible
 
@@ -65,7 +65,7 @@ class DraftSimple(Proposer):
     def draft(self, requests: list[DraftRequest]) -> dict[int, Draft]:
         first = [self._catch_up_rows(req) for req in requests]
         if self._one_call(requests):
-            return self._greedy_chain(requests, first)
+            return one_call_chain(requests, first, self._step, self.settings, self._greedy_chain)
         return run_chain(requests, first, self._step, self.settings, self.target_vocab)
 
     def _one_call(self, requests: list[DraftRequest]) -> bool:
@@ -76,24 +76,15 @@ class DraftSimple(Proposer):
                 and model.rope.rope_type != "dynamic"
                 and not (settings.sample and any(r.temperature > 0 for r in requests)))
 
-    def _greedy_chain(self, requests: list[DraftRequest], first: list[ChainRows]) -> dict[int, Draft]:
-        """run_chain's greedy drafts with every step in one native call (small Python operations between
-        native calls run on cold caches and cost more than the draft model's layers)."""
-        feed_long_catch_ups(first, self._step)
-        caps = [draft_cap(self.settings, r) for r in requests]
-        n = max(caps)
-        batch = StepBatch.build([(r.slot, r.tokens, r.pos0) for r in first],
-                                (np.cumsum([r.tokens.shape[0] for r in first]) - 1).tolist())
-        for seg, rows in zip(batch.segments, first):
-            self.seen[seg.slot, seg.pos0:seg.pos0 + seg.n_rows] = rows.tokens.numpy()
-        drafts = self.model.native.greedy_chain(batch, self.cache, n - 1).tolist()
-        out = {}
-        for req, rows, cap, tokens in zip(requests, first, caps, drafts):
-            end = rows.pos0 + rows.tokens.shape[0]
-            self.seen[req.slot, end:end + n - 1] = tokens[:n - 1]          # the drafts fed back
-            if cap >= max(1, self.settings.n_min):
-                out[req.slot] = Draft(tokens[:cap])
-        return out
+    def _greedy_chain(self, batch: StepBatch, hidden, n_more: int) -> torch.Tensor:
+        """one_call_chain's call: every draft step in one native call, recording what the cache holds."""
+        for seg in batch.segments:
+            self.seen[seg.slot, seg.pos0:seg.pos0 + seg.n_rows] = batch.tokens[seg.start:seg.start + seg.n_rows].numpy()
+        drafts = self.model.native.greedy_chain(batch, self.cache, n_more)
+        for seg, tokens in zip(batch.segments, drafts.numpy()):
+            end = seg.pos0 + seg.n_rows
+            self.seen[seg.slot, end:end + n_more] = tokens[:n_more]          # the drafts fed back
+        return drafts
 
     def release(self, slot: int) -> None:
         self.cache.clear(slot)

@@ -25,7 +25,7 @@ import torch
 
 from ..models.step_batch import StepBatch
 from .base import Draft, DraftRequest, Proposer, ProposerContext, TargetBatch
-from .draft_chain import ChainRows, run_chain
+from .draft_chain import ChainRows, one_call_chain, run_chain
 from .draft_options import draft_settings
 from .row_range import RowRange
 
@@ -167,7 +167,19 @@ class HiddenChainProposer(Proposer):
             st.fed = st.pending_pos + 1          # the seed row pairs the pending feature with id_last: final
         if not first:
             return {}
+        if self._one_call(requests):
+            return one_call_chain(requests, first, self.head_step, self.settings, self._greedy_chain)
         return run_chain(requests, first, self.head_step, self.settings, self.target_vocab, self.id_map)
+
+    def _one_call(self, requests: list[DraftRequest]) -> bool:
+        """Whether the chain can run as one native call: greedy, no probability cut, RoPE tables indexed
+        by position."""
+        settings = self.settings
+        return (self.head.native is not None and settings.p_min <= 0 and self.head.rope.rope_type != "dynamic"
+                and not (settings.sample and any(r.temperature > 0 for r in requests)))
+
+    def _greedy_chain(self, batch: StepBatch, hidden: torch.Tensor, n_more: int) -> torch.Tensor:
+        return self.head.greedy_chain(batch, hidden, self.cache, n_more, self.id_map)
 
     def release(self, slot: int) -> None:
         self.slots[slot].reset()

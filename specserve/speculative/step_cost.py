@@ -30,13 +30,19 @@ class StepCostTable:
         order = np.argsort(rows)
         self.rows = np.asarray(rows, dtype=np.int64)[order]
         self.seconds = np.maximum.accumulate(np.asarray(seconds, dtype=np.float64)[order])
+        self._rates: dict[int, float] = {}      # asked every engine step: worked out once per row count
 
     def steps_per_second(self, n_rows: int) -> float:
         """1 / step time at n_rows (linear interpolation; linear growth past the last entry)."""
-        last = int(self.rows[-1])
-        if n_rows > last:
-            return 1.0 / (self.seconds[-1] * n_rows / last)
-        return 1.0 / float(np.interp(n_rows, self.rows, self.seconds))
+        rate = self._rates.get(n_rows)
+        if rate is None:
+            last = int(self.rows[-1])
+            if n_rows > last:
+                rate = 1.0 / (self.seconds[-1] * n_rows / last)
+            else:
+                rate = 1.0 / float(np.interp(n_rows, self.rows, self.seconds))
+            self._rates[n_rows] = rate
+        return rate
 
     @classmethod
     def load(cls, path: str | Path) -> "StepCostTable":

@@ -120,6 +120,30 @@ struct ss_block_draft {
     const float* noise;           // [n_slots, n_draft, vocab] or null
 };
 int32_t ss_block_draft_forward(const ss_model* m, const ss_block_draft* d);
+// A hidden-state draft head's greedy chain (EAGLE-3, MTP). m holds the head's decoder layers, its final
+// norm, its lm_head (vocab = the head's output rows) and the embedding the tokens are looked up in.
+// Each row combines parts = [embed_norm(embed(token)), hidden_norm(hidden)] (hidden first when
+// hidden_first; the embedding is zeroed at position 0 when zero_embed_at_pos0); with proj set (MTP) the
+// residual stream starts at proj(parts) and every layer runs as usual; without (EAGLE-3) layer 0 reads
+// parts and its residual is the hidden row (its normed form when residual_normed). An output row gives
+// the draft argmax(head(final_norm(x))), mapped through id_map when set, and feeds back x, or the normed
+// row when feed_normed. The first step is the given rows (output rows: one per slot, in slot order);
+// then n_more steps feed every slot's last draft and hidden row at the next position. drafts
+// [n_out, 1 + n_more].
+struct ss_head_chain {
+    int64_t n_rows;
+    const int64_t* tokens;        // [n_rows]
+    const float* hidden_in;       // [n_rows, hidden]
+    ss_attn attn;
+    int64_t n_out;
+    const int64_t* out_rows;      // [n_out]
+    const float* embed_norm;      // [hidden]
+    const float* hidden_norm;     // [hidden]
+    ss_weight proj;               // data null: none
+    const int64_t* id_map;        // [vocab] or null
+    int32_t hidden_first, zero_embed_at_pos0, residual_normed, feed_normed;
+};
+int32_t ss_head_greedy_chain(const ss_model* m, const ss_head_chain* h, int64_t n_more, int64_t* drafts);
 }
 
 namespace ss {

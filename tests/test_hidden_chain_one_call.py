@@ -1,0 +1,74 @@
+"""EAGLE-3 and MTP heads draft their greedy chain in one native call (kernels/native/head_chain.cpp);
+the drafts must be the ones the step-by-step loop gives, for every head layout, at 1 and 3 slots."""
+import pytest
+
+from support.model_drafters import add_mtp, write_eagle3
+from support.models import write_model
+from support.prompts import DRAFTER_PROMPTS as PROMPTS
+from specserve import LLM, SamplingParams, kernels
+from specserve.speculative.hidden_chain import HiddenChainProposer
+
+pytestmark = pytest.mark.skipif(kernels.requested() == "torch", reason="SPECSERVE_KERNELS=torch")
+
+
+@pytest.fixture(scope="module")
+def target6(tmp_path_factory):
+    return write_model(tmp_path_factory.mktemp("t6"), "qwen3", seed=4, std=0.25, num_hidden_layers=6,
+                       tokenizer=False)
+
+
+def record_drafts(llm) -> list:
+    """(slot, draft tokens) of every draft the engine gets, in order."""
+    seen, draft = [], llm.engine.driver.draft
+
+    def spy(requests):
+        result = draft(requests)
+        seen.extend((slot, list(d.tokens)) for slot, d in sorted(result.items()))
+        return result
+
+    llm.engine.driver.draft = spy
+    return seen
+
+
+def run_both_ways(monkeypatch, spec_type: str, target, draft=None, n_max: int = 4):
+    """Every draft, the outputs and the counters at 1 and 3 slots, with the one-call chain and with the
+    step loop."""
+    params = SamplingParams(temperature=0, max_tokens=24, ignore_eos=True)
+    results = []
+    for one_call in (True, False):
+        calls = []
+        original = HiddenChainProposer._greedy_chain
+        monkeypatch.setattr(HiddenChainProposer, "_one_call", lambda self, requests: one_call)
+        monkeypatch.setattr(HiddenChainProposer, "_greedy_chain",
+                            lambda self, *a: calls.append(1) or original(self, *a))
+        counters = []
+        for n_parallel in (1, 3):
+            llm = LLM(target, spec_type=spec_type, draft_model=draft, n_parallel=n_parallel, spec_draft_n_max=n_max)
+            drafts = record_drafts(llm)
+            outs = llm.generate(PROMPTS, params)
+            stats = llm.engine.driver.stats_dict()[spec_type]
+            counters.append((drafts, [o.token_ids for o in outs], stats["n_gen_tokens"], stats["n_acc_tokens"],
+                             stats["n_acc_per_pos"]))
+        assert bool(calls) == one_call
+        results.append(counters)
+    assert results[0] == results[1]
+    assert len(results[0][0][0]) > 20 and max(len(d) for _, d in results[0][0][0]) == n_max
+
+
+@pytest.mark.parametrize("layout,kwargs", [
+    ("specforge", {"draft_vocab": 200}),                                      # d2t id map
+    ("specforge", {"fc_norm": True, "norm_output": True}),                    # EAGLE-3.1: normed row fed back
+    ("speculators", {"norm_before_residual": True, "own_embedding": True}),
+    ("speculators", {"hidden": 48, "own_embedding": True, "n_layers": 2}),    # narrower head, a second layer
+])
+def test_eagle3_one_call_chain_drafts_what_the_step_loop_drafts(tmp_path, target6, monkeypatch, layout, kwargs):
+    draft = write_eagle3(tmp_path / "d", target6, layout, layer_ids=[0, 2, 5] if layout == "speculators" else None,
+                         **kwargs)
+    run_both_ways(monkeypatch, "draft-eagle3", target6, draft)
+
+
+@pytest.mark.parametrize("layout", ["deepseek", "mimo"])
+def test_mtp_one_call_chain_drafts_what_the_step_loop_drafts(tmp_path, monkeypatch, layout):
+    target = write_model(tmp_path, "qwen2" if layout == "mimo" else "qwen3", seed=1, std=0.25, tokenizer=False)
+    add_mtp(target, layout, std=0.3)
+    run_both_ways(monkeypatch, "draft-mtp", target, n_max=3)
