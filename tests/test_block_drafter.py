@@ -16,7 +16,7 @@ from specserve.models.block_drafter import load_block_drafter
 from specserve.models.block_drafter_format import (ANCHOR_FIRST, BONUS_ANCHOR, build_target_layer_ids,
                                                    read_block_drafter)
 from specserve.models.transformer import CausalLM
-from specserve.speculative.markov_chain import gumbel_noise, run_block_chain, teacher_forced_logits
+from specserve.speculative.markov_chain import draft_uniforms, run_block_chain, teacher_forced_logits
 
 DSPARK = dict(markov_rank=8, confidence=True)
 
@@ -119,7 +119,7 @@ def test_teacher_forced_markov_equals_sequential_chain(tmp_path, target_dir, tar
     anchors = torch.tensor([5, 17, 250])
     with torch.inference_mode():
         for temps, noise in ((None, None),
-                             (torch.tensor([0.7, 0.0, 1.3]), gumbel_noise([gen, None, gen], [True, False, True], 6, 320))):
+                             (torch.tensor([0.7, 0.0, 1.3]), draft_uniforms([gen, None, gen], [True, False, True], 6))):
             chain = run_block_chain(base, anchors, drafter.markov_head, temps, noise)
             forced, prev = teacher_forced_logits(base, anchors, chain.tokens, drafter.markov_head)
             assert torch.equal(prev, chain.prev)
@@ -161,12 +161,12 @@ def test_native_draft_call_equals_the_pytorch_pipeline(tmp_path, target_dir, lay
     block = torch.full((2, native.block_rows_for(n)), 1)
     block[:, 0] = anchors = torch.tensor([7, 30])
     with torch.inference_mode():
-        sampled = (torch.tensor([0.8, 1.3]), gumbel_noise([gen, gen], [True, True], n, 320))
+        sampled = (torch.tensor([0.8, 1.3]), draft_uniforms([gen, gen], [True, True], n))
         for (temps, noise), markov in itertools.product(((None, None), sampled), (True, False)):   # DSpark, DFlash
             for c in (cache, ref_cache):
                 c.lengths = [0, 0, 0]
-            rows, tokens, logits = native.draft_native(cache, feats, ctx_slots, ctx_pos, slots, pos0, block, n,
-                                                       anchors, markov, temps, noise)
+            rows, tokens, logits, q = native.draft_native(cache, feats, ctx_slots, ctx_pos, slots, pos0, block, n,
+                                                          anchors, markov, temps, noise)
             ref_rows = reference.draft_rows(reference.forward_cached(ref_cache, feats, ctx_slots, ctx_pos, slots, pos0,
                                                                      block))
             chain = run_block_chain(reference.logits(ref_rows), anchors, reference.markov_head if markov else None,
@@ -174,6 +174,8 @@ def test_native_draft_call_equals_the_pytorch_pipeline(tmp_path, target_dir, lay
             torch.testing.assert_close(rows, ref_rows.float(), atol=2e-4, rtol=1e-4)
             torch.testing.assert_close(logits, chain.logits, atol=2e-3, rtol=1e-4)
             assert torch.equal(tokens, chain.tokens)
+            if noise is not None:           # the distributions drawn from, which the verifier receives
+                torch.testing.assert_close(q, chain.q, atol=1e-6, rtol=1e-4)
 
 
 def test_chain_samples_from_q(tmp_path, target_dir, target):
@@ -185,8 +187,8 @@ def test_chain_samples_from_q(tmp_path, target_dir, target):
     counts = torch.zeros(4)
     with torch.inference_mode():
         for _ in range(2000):
-            noise = gumbel_noise([gen], [True], 2, 320)
-            chain = run_block_chain(base, torch.tensor([9]), drafter.markov_head, torch.tensor([0.8]), noise)
+            uniforms = draft_uniforms([gen], [True], 2)
+            chain = run_block_chain(base, torch.tensor([9]), drafter.markov_head, torch.tensor([0.8]), uniforms)
             counts[int(chain.tokens[0, 0])] += 1
         q = torch.softmax(chain.logits[0, 0] / 0.8, -1)[:4]
     assert torch.allclose(counts / 2000, q / q.sum(), atol=0.03)

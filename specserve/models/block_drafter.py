@@ -306,13 +306,13 @@ class BlockDrafter(nn.Module):
         return hidden.view(n_slots, nb, -1)
 
     def draft_native(self, cache, ctx_feats, ctx_slots, ctx_positions, slots, pos0, block_tokens, n_draft: int,
-                     anchors: torch.Tensor, markov: bool, temperatures=None, noise=None):
+                     anchors: torch.Tensor, markov: bool, temperatures=None, uniforms=None):
         """The whole draft in one native call: (final-normed draft rows [S, n, H], tokens [S, n], logits
-        [S, n, V] after the Markov bias)."""
+        [S, n, V] after the Markov bias, q [S, n, V] of the sampled slots or None)."""
         chain = NativeChain(len(slots), n_draft, self.shared.lm_head.shape[0], anchors,
-                            self.markov_head if markov else None, temperatures, noise)
+                            self.markov_head if markov else None, temperatures, uniforms)
         hidden = self._forward_native(cache, ctx_feats, ctx_slots, ctx_positions, slots, pos0, block_tokens, chain)
-        return self.draft_rows(hidden)[:, :n_draft], chain.tokens, chain.logits
+        return self.draft_rows(hidden)[:, :n_draft], chain.tokens, chain.logits, chain.q
 
     # ------------------------------------------------------------------ training forward
     def forward_train(self, ctx_feats: torch.Tensor, anchors: torch.Tensor, block_tokens: torch.Tensor,

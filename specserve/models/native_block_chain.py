@@ -14,10 +14,11 @@ def _ptr(t: torch.Tensor | None):
 class NativeChain:
     """Outputs tokens [S, n] and logits [S, n, V] (Markov-biased when a head is given) of one draft call.
 
-    temperatures [S] and Gumbel noise [S, n, V] (both or neither) make slots with T > 0 sample."""
+    temperatures [S] and uniforms [S, n] (both or neither) make slots with T > 0 sample; their q [S, n, V]
+    (the distributions drawn from) is filled too."""
 
     def __init__(self, n_slots: int, n_draft: int, vocab: int, anchors: torch.Tensor, markov_head=None,
-                 temperatures: torch.Tensor | None = None, noise: torch.Tensor | None = None):
+                 temperatures: torch.Tensor | None = None, uniforms: torch.Tensor | None = None):
         self.n_draft = n_draft
         self.tokens = torch.empty(n_slots, n_draft, dtype=torch.int64)
         self.logits = torch.empty(n_slots, n_draft, vocab, dtype=torch.float32)
@@ -25,8 +26,9 @@ class NativeChain:
         self.w1 = self.w2t = None
         if markov_head is not None:
             self.w1, self.w2t = markov_head.native_weights()
-        self.temperatures = None if noise is None else temperatures.float().contiguous()
-        self.noise = None if noise is None else noise.float().contiguous()
+        self.temperatures = None if uniforms is None else temperatures.float().contiguous()
+        self.uniforms = None if uniforms is None else uniforms.double().contiguous()
+        self.q = None if uniforms is None else torch.empty(n_slots, n_draft, vocab, dtype=torch.float32)
 
     def fill(self, step: capi.BlockDraft, first_draft_row: int) -> None:
         step.first_draft_row, step.n_draft = first_draft_row, self.n_draft
@@ -34,4 +36,4 @@ class NativeChain:
         step.w2t, step.w1 = _ptr(self.w2t), _ptr(self.w1)
         step.rank = 0 if self.w1 is None else self.w1.shape[1]
         step.anchors = self.anchors.data_ptr()
-        step.temperature, step.noise = _ptr(self.temperatures), _ptr(self.noise)
+        step.temperature, step.uniforms, step.q = _ptr(self.temperatures), _ptr(self.uniforms), _ptr(self.q)

@@ -29,7 +29,7 @@ from ..option import Option, read_options
 from .base import Draft, DraftRequest, Proposer, ProposerContext, TargetBatch
 from .confidence_schedule import confident_prefix_lengths
 from .draft_options import draft_settings
-from .markov_chain import BlockChain, gumbel_noise, run_block_chain
+from .markov_chain import BlockChain, draft_uniforms, run_block_chain
 from .row_range import RowRange
 
 log = logging.getLogger("specserve.speculative")
@@ -187,7 +187,7 @@ class DFlash(Proposer):
             n = int(lengths[i])
             if n == 0 or n < self.n_min:
                 continue
-            q = torch.softmax(chain.logits[i, :n] / req.temperature, dim=-1) if sampling[i] else None
+            q = chain.q[i, :n] if sampling[i] else None
             conf = None if confidence is None else torch.from_numpy(confidence[i, :n])
             out[req.slot] = Draft(tokens[i][:n], q, conf)
         return out
@@ -201,18 +201,17 @@ class DFlash(Proposer):
         anchors, block = torch.from_numpy(anchor_ids).to(device), torch.from_numpy(block).to(device)
         pos0 = torch.from_numpy(np.array([r.pos0 for r in reqs], dtype=np.int64)).to(device)
         context, slots = self._context(chunks), [r.slot for r in reqs]
-        temps = noise = None
+        temps = uniforms = None
         if any(sampling):
             temps = torch.tensor([r.temperature if s else 0.0 for r, s in zip(reqs, sampling)], device=device)
-            noise = gumbel_noise([r.generator for r in reqs], sampling, self.n_draft, drafter.shared.lm_head.shape[0],
-                                 device)
+            uniforms = draft_uniforms([r.generator for r in reqs], sampling, self.n_draft)
         markov = drafter.markov_head if self.uses_markov else None
         if drafter.native is not None:      # one native call: layers, lm_head and chain
-            rows, tokens, logits = drafter.draft_native(self.cache, *context, slots, pos0, block, self.n_draft,
-                                                        anchors, markov is not None, temps, noise)
-            return rows, BlockChain(tokens, logits, anchors)
+            rows, tokens, logits, q = drafter.draft_native(self.cache, *context, slots, pos0, block, self.n_draft,
+                                                           anchors, markov is not None, temps, uniforms)
+            return rows, BlockChain(tokens, logits, anchors, q)
         rows = drafter.draft_rows(drafter.forward_cached(self.cache, *context, slots, pos0, block))
-        return rows, run_block_chain(drafter.logits(rows), anchors, markov, temps, noise)
+        return rows, run_block_chain(drafter.logits(rows), anchors, markov, temps, uniforms)
 
     def _samples(self, req: DraftRequest) -> bool:
         """Whether this slot's drafts are sampled (and carry q) rather than greedy."""

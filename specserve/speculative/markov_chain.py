@@ -3,9 +3,10 @@
     logits'_k = U_k + W2 · W1[prev_k],   prev_1 = anchor,  prev_k = draft k-1
 (docs/reference/dflash-dspark.md §3.2, §3.5). Position k can only be computed once draft k-1 is
 known, so the chain loops over the n block positions, but each step is one batched operation
-over all slots. At temperature 0 a slot takes the argmax; at T > 0 it samples from
-softmax(logits'_k / T) with its own generator (Gumbel-max with noise drawn per slot), and the
-chain conditions on the SAMPLED token, so q_k is exactly the distribution draft k came from.
+over all slots. At temperature 0 a slot takes the argmax; at T > 0 it draws from
+q_k = softmax(logits'_k / T) with one uniform of its own generator per position (the first token
+whose cumulative probability passes it), and the chain conditions on the SAMPLED token. q_k travels
+with the draft: it is exactly the distribution draft k came from.
 Without a Markov head (DFlash) every position is independent and the chain is one step. On the
 native kernels the chain runs inside the drafter's one native call (kernels/native/block_draft.cpp).
 Training uses the teacher-forced form (prev = ground truth), equal to the chain when the
@@ -24,6 +25,7 @@ class BlockChain:
     tokens: torch.Tensor     # [S, n] int64 drafts
     logits: torch.Tensor     # [S, n, V] float32 Markov-corrected logits, before temperature
     anchors: torch.Tensor    # [S] int64
+    q: torch.Tensor | None = None    # [S, n, V] the distributions the sampled slots drew from
 
     @property
     def prev(self) -> torch.Tensor:
@@ -32,50 +34,49 @@ class BlockChain:
         return teacher_prev_tokens(self.anchors.to(torch.int64), self.tokens)
 
 
-def gumbel_noise(generators: list[torch.Generator | None], sampling: list[bool], n: int, vocab: int,
-                 device=None) -> torch.Tensor | None:
-    """Per-slot Gumbel(0, 1) noise [S, n, V] (zero rows for greedy slots), or None if no slot samples."""
+def draft_uniforms(generators: list[torch.Generator | None], sampling: list[bool], n: int) -> torch.Tensor | None:
+    """Per-slot uniforms [S, n] float64 for the draws (zero rows for greedy slots), or None if no slot samples."""
     if not any(sampling):
         return None
-    rows = []
-    for gen, on in zip(generators, sampling):
-        if on:
-            u = torch.rand(n, vocab, generator=gen)
-            rows.append(-torch.log(-torch.log(u)))
-        else:
-            rows.append(torch.zeros(n, vocab))
-    return torch.stack(rows).to(device)
+    return torch.stack([torch.rand(n, generator=gen, dtype=torch.float64) if on else torch.zeros(n, dtype=torch.float64)
+                        for gen, on in zip(generators, sampling)])
+
+
+def draw(q: torch.Tensor, u: float) -> int:
+    """The first token whose cumulative probability exceeds u * total (the native kernels' draw)."""
+    cumulative = q.double().cumsum(0)
+    index = int(torch.searchsorted(cumulative, u * cumulative[-1], right=True))
+    return min(index, int(q.nonzero()[-1]))
 
 
 def run_block_chain(base_logits: torch.Tensor, anchors: torch.Tensor, markov_head=None,
-                    temperatures: torch.Tensor | None = None, noise: torch.Tensor | None = None) -> BlockChain:
-    """base_logits [S, n, V] float32; anchors [S]; temperatures [S] (<= 0: greedy); noise from gumbel_noise."""
-    n_slots, n, _ = base_logits.shape
-    scale = None
-    if temperatures is not None:
-        scale = torch.where(temperatures > 0, temperatures, torch.ones_like(temperatures)).view(n_slots, 1).float()
+                    temperatures: torch.Tensor | None = None, uniforms: torch.Tensor | None = None) -> BlockChain:
+    """base_logits [S, n, V] float32; anchors [S]; temperatures [S] (<= 0: greedy); uniforms from draft_uniforms."""
+    n_slots, n, vocab = base_logits.shape
+    sampled = [] if uniforms is None else [s for s in range(n_slots) if float(temperatures[s]) > 0]
+    q = torch.zeros(n_slots, n, vocab, device=base_logits.device) if sampled else None
 
     def pick(logits_k: torch.Tensor, k: int) -> torch.Tensor:
-        if noise is None:           # greedy rows: dividing by a positive scale keeps the argmax
-            return logits_k.argmax(dim=-1)
-        return (logits_k / scale + noise[:, k]).argmax(dim=-1)
+        tokens = logits_k.argmax(dim=-1)
+        for s in sampled:
+            q[s, k] = torch.softmax(logits_k[s] / float(temperatures[s]), dim=-1)
+            tokens[s] = draw(q[s, k], float(uniforms[s, k]))
+        return tokens
 
-    if markov_head is None:         # DFlash: positions are independent, one vectorised pick
-        if noise is None:
-            tokens = base_logits.argmax(dim=-1)
-        else:
-            tokens = (base_logits / scale.unsqueeze(-1) + noise).argmax(dim=-1)
-        return BlockChain(tokens, base_logits, anchors)
+    if markov_head is None:         # DFlash: positions are independent
+        logits = base_logits.float()
+        tokens = torch.stack([pick(logits[:, k], k) for k in range(n)], dim=1)
+        return BlockChain(tokens, base_logits, anchors, q)
     w1, w2t = markov_head.serving_weights()
     tokens = torch.empty(n, n_slots, dtype=torch.int64, device=base_logits.device)
-    logits = torch.empty(n, n_slots, base_logits.shape[-1], dtype=torch.float32, device=base_logits.device)
+    logits = torch.empty(n, n_slots, vocab, dtype=torch.float32, device=base_logits.device)
     base_by_pos = base_logits.float().transpose(0, 1)
     prev_k = anchors.to(torch.int64)
     for k in range(n):
         torch.addmm(base_by_pos[k], w1[prev_k], w2t, out=logits[k])
         prev_k = pick(logits[k], k)
         tokens[k] = prev_k
-    return BlockChain(tokens.t(), logits.transpose(0, 1), anchors)
+    return BlockChain(tokens.t(), logits.transpose(0, 1), anchors, q)
 
 
 def teacher_prev_tokens(anchors: torch.Tensor, teacher: torch.Tensor) -> torch.Tensor:

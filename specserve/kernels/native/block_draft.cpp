@@ -47,17 +47,16 @@ void add_markov_bias(float* logits, const float* feature, const uint16_t* w2t, i
 
 // the drafts of every slot, position by position (draft k-1 conditions position k's Markov bias)
 void pick_drafts(const ss_block_draft& d, int64_t vocab) {
-    std::vector<float> scored(vocab);
     const int64_t row = d.n_draft * vocab;
     for (int64_t s = 0; s < d.n_slots; s++) {
         int64_t prev = d.anchors[s];
         for (int64_t k = 0; k < d.n_draft; k++) {
             float* lk = d.logits + s * row + k * vocab;
             if (d.w2t) add_markov_bias(lk, d.w1 + prev * d.rank, d.w2t, d.rank, vocab);
-            if (d.noise && d.temperature && d.temperature[s] > 0.0f) {
-                const float* g = d.noise + s * row + k * vocab;
-                for (int64_t v = 0; v < vocab; v++) scored[v] = lk[v] / d.temperature[s] + g[v];
-                prev = argmax(scored.data(), vocab);
+            if (d.uniforms && d.temperature && d.temperature[s] > 0.0f) {
+                float* qk = d.q + s * row + k * vocab;
+                dense_softmax(lk, vocab, d.temperature[s], qk);
+                prev = draw_row(qk, vocab, d.uniforms[s * d.n_draft + k]);
             } else {
                 prev = argmax(lk, vocab);
             }

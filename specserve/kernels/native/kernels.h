@@ -98,8 +98,8 @@ void ss_sample(const float* probs, int64_t n_rows, int64_t vocab, const double* 
 // context rows as key/value-only prefix rows; the final-normed block rows go to hidden_out. With
 // logits set, the draft rows (from first_draft_row of each block) also go through m's head (the
 // target's lm_head) and the chain picks the drafts: logits[s, k] += W2 · w1[prev] when w2t is set
-// (prev = anchors[s], then draft k-1), then tokens[s, k] = argmax, or with noise and temperature[s] > 0
-// argmax(logits / T + noise) (a Gumbel-max draw from softmax(logits / T)).
+// (prev = anchors[s], then draft k-1), then tokens[s, k] = argmax, or with uniforms and temperature[s] > 0
+// a draw from q[s, k] = softmax(logits / T) with uniforms[s, k] (q is written: the verifier's q).
 struct ss_block_draft {
     int64_t n_ctx;
     const float* ctx_feats;       // [n_ctx, fc.k]
@@ -117,7 +117,8 @@ struct ss_block_draft {
     int64_t rank;
     const int64_t* anchors;       // [n_slots]
     const float* temperature;     // [n_slots] or null
-    const float* noise;           // [n_slots, n_draft, vocab] or null
+    const double* uniforms;       // [n_slots, n_draft] or null
+    float* q;                     // [n_slots, n_draft, vocab], written for the sampled slots
 };
 int32_t ss_block_draft_forward(const ss_model* m, const ss_block_draft* d);
 // A hidden-state draft head's greedy chain (EAGLE-3, MTP). m holds the head's decoder layers, its final
@@ -157,4 +158,6 @@ int64_t argmax(const float* x, int64_t n);
 void layer_forward(const ss_model& m, int layer, float* x, int64_t n, const float* input, int64_t prefix,
                    const float* prefix_input, const ss_attn& a);
 void embed_rows(const ss_model& m, const int64_t* tokens, int64_t n, float* x);
+void dense_softmax(const float* x, int64_t vocab, float temperature, float* probs);
+int64_t draw_row(const float* p, int64_t vocab, double u);
 }

@@ -12,21 +12,6 @@
 #include "simd.h"
 
 namespace ss {
-namespace {
-
-// the k-th largest value: one pass with a min-heap of the k largest so far
-float kth_largest(const float* x, int64_t n, int32_t k, std::vector<float>& heap) {
-    heap.assign(x, x + k);
-    std::make_heap(heap.begin(), heap.end(), std::greater<float>());
-    for (int64_t i = k; i < n; i++) {
-        if (x[i] > heap.front()) {
-            std::pop_heap(heap.begin(), heap.end(), std::greater<float>());
-            heap.back() = x[i];
-            std::push_heap(heap.begin(), heap.end(), std::greater<float>());
-        }
-    }
-    return heap.front();
-}
 
 // probs = softmax(x / temperature) over the whole row (nothing filtered), vectorized
 void dense_softmax(const float* x, int64_t vocab, float temperature, float* probs) {
@@ -50,6 +35,40 @@ void dense_softmax(const float* x, int64_t vocab, float temperature, float* prob
     }
     const float scale = (float)(1.0 / total);
     for (i = 0; i < vocab; i++) probs[i] *= scale;
+}
+
+// the first index whose cumulative probability exceeds u * (row total); rounding can leave the target
+// past the sum: then the last index with a positive probability
+int64_t draw_row(const float* p, int64_t vocab, double u) {
+    double total = 0.0;
+    int64_t last = 0;
+    for (int64_t i = 0; i < vocab; i++) {
+        total += p[i];
+        if (p[i] > 0.0f) last = i;
+    }
+    const double target = u * total;
+    double cumulative = 0.0;
+    for (int64_t i = 0; i < vocab; i++) {
+        cumulative += p[i];
+        if (cumulative > target && p[i] > 0.0f) return i;
+    }
+    return last;
+}
+
+namespace {
+
+// the k-th largest value: one pass with a min-heap of the k largest so far
+float kth_largest(const float* x, int64_t n, int32_t k, std::vector<float>& heap) {
+    heap.assign(x, x + k);
+    std::make_heap(heap.begin(), heap.end(), std::greater<float>());
+    for (int64_t i = k; i < n; i++) {
+        if (x[i] > heap.front()) {
+            std::pop_heap(heap.begin(), heap.end(), std::greater<float>());
+            heap.back() = x[i];
+            std::push_heap(heap.begin(), heap.end(), std::greater<float>());
+        }
+    }
+    return heap.front();
 }
 
 // Keep the most likely tokens while the mass before them is below top_p. Sorting only as many
@@ -115,26 +134,7 @@ void ss_sampling_probs(const float* logits, int64_t n_rows, int64_t vocab, int32
 
 // tokens[r] = the first index whose cumulative probability exceeds uniforms[r] * (row total)
 void ss_sample(const float* probs, int64_t n_rows, int64_t vocab, const double* uniforms, int64_t* tokens) {
-    for (int64_t r = 0; r < n_rows; r++) {
-        const float* p = probs + r * vocab;
-        double total = 0.0;
-        int64_t last = 0;
-        for (int64_t i = 0; i < vocab; i++) {
-            total += p[i];
-            if (p[i] > 0.0f) last = i;
-        }
-        const double target = uniforms[r] * total;
-        double cumulative = 0.0;
-        int64_t chosen = last;                     // rounding can leave the target past the sum
-        for (int64_t i = 0; i < vocab; i++) {
-            cumulative += p[i];
-            if (cumulative > target && p[i] > 0.0f) {
-                chosen = i;
-                break;
-            }
-        }
-        tokens[r] = chosen;
-    }
+    for (int64_t r = 0; r < n_rows; r++) tokens[r] = ss::draw_row(probs + r * vocab, vocab, uniforms[r]);
 }
 
 }  // extern "C"
