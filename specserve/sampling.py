@@ -107,13 +107,14 @@ def make_generator(seed: int | None) -> tuple[torch.Generator, int]:
     return gen, seed
 
 
-def _native(t: torch.Tensor) -> bool:
+def on_native_kernels(t: torch.Tensor) -> bool:
+    """Whether rows of t are sampled by the native kernels (CPU tensors, native kernel mode)."""
     return t.device.type == "cpu" and kernels.requested() != "torch" and kernels.mode() == "native"
 
 
 def target_probs(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
     """The distribution plain sampling draws from, for rows of float32 logits [R, V]."""
-    if _native(logits):
+    if on_native_kernels(logits):
         return native_sampling.sampling_probs(logits, params.top_k, params.top_p, params.min_p, params.temperature)
     x = logits.float()
     vocab = x.shape[-1]
@@ -135,6 +136,6 @@ def target_probs(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
 
 def sample_rows(probs: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
     """One token per row of probs [R, V]."""
-    if _native(probs):
+    if on_native_kernels(probs):
         return native_sampling.sample(probs, generator)
     return torch.multinomial(probs, 1, generator=generator).squeeze(-1)

@@ -10,7 +10,8 @@ import torch
 
 from support.distribution import VOCAB, assert_target_pair_distribution, chi_square_p_value
 from support.proposers import FixedQ
-from specserve import LLM
+from specserve import LLM, kernels
+from specserve.kernels import sampling as native_sampling
 from specserve.speculative import registry
 from specserve.speculative.verify import verify_rejection, verify_sample_compare
 
@@ -53,3 +54,31 @@ def test_rejection_rule_marginals():
             second[out[1]] += 1
     assert chi_square_p_value(first.tolist(), p[0].tolist()) > 1e-3
     assert chi_square_p_value(second.tolist(), p[1].tolist()) > 1e-3
+
+
+def _rule(draft, p, q, uniforms):
+    """The rejection rule written out with given uniforms (k + 1 of them)."""
+    k = len(draft)
+    n = 0
+    while n < k and q[n, draft[n]] > 0 and uniforms[n] * float(q[n, draft[n]]) <= float(p[n, draft[n]]):
+        n += 1
+    row = p[n] if n == k else (p[n] - q[n]).clamp_min(0)
+    if n < k and not row.sum() > 0:
+        row = p[n]
+    cumulative = row.double().cumsum(0)
+    token = int(torch.searchsorted(cumulative, float(uniforms[k]) * cumulative[-1], right=True))
+    return draft[:n] + [min(token, int(row.nonzero()[-1]))]
+
+
+@pytest.mark.skipif(kernels.requested() == "torch", reason="SPECSERVE_KERNELS=torch")
+def test_native_rejection_call_follows_the_rule_with_the_generators_uniforms():
+    gen = torch.Generator().manual_seed(3)
+    for trial in range(300):
+        k, vocab = trial % 5, 40
+        p = torch.softmax(torch.randn(k + 1, vocab, generator=gen) * 2, -1)
+        q = torch.softmax(torch.randn(k, vocab, generator=gen) * 2, -1)
+        draft = [int(torch.multinomial(q[i], 1, generator=gen)) for i in range(k)]
+        state = gen.get_state()
+        out = native_sampling.verify_rejection(draft, p, q, gen)
+        uniforms = torch.rand(k + 1, generator=torch.Generator().set_state(state), dtype=torch.float64)
+        assert out == _rule(draft, p, q, uniforms.tolist())

@@ -6,6 +6,8 @@ rows instead of a dozen PyTorch operations per row.
 """
 from __future__ import annotations
 
+import ctypes
+
 import torch
 
 from . import library
@@ -27,3 +29,17 @@ def sample(probs: torch.Tensor, generator: torch.Generator | None) -> torch.Tens
     tokens = torch.empty(p.shape[0], dtype=torch.int64)
     library().ss_sample(p.data_ptr(), p.shape[0], p.shape[1], uniforms.data_ptr(), tokens.data_ptr())
     return tokens
+
+
+def verify_rejection(draft: list[int], probs: torch.Tensor, q_probs: torch.Tensor,
+                     generator: torch.Generator | None) -> list[int]:
+    """speculative.verify.verify_rejection in one call, with the same uniforms (k + 1 of the generator)."""
+    k = len(draft)
+    p = probs.float().contiguous()
+    q = q_probs[:k].float().contiguous()
+    tokens = torch.tensor(draft, dtype=torch.int64)
+    uniforms = torch.rand(k + 1, generator=generator, dtype=torch.float64)
+    token = ctypes.c_int64()
+    n = library().ss_verify_rejection(p.data_ptr(), q.data_ptr(), k, p.shape[1], tokens.data_ptr(),
+                                      uniforms.data_ptr(), ctypes.byref(token))
+    return draft[:n] + [token.value]

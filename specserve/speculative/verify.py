@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import torch
 
-from ..sampling import SamplingParams, sample_rows, target_probs
+from ..kernels import sampling as native_sampling
+from ..sampling import SamplingParams, on_native_kernels, sample_rows, target_probs
 
 
 def verify(logits: torch.Tensor, draft: list[int], q_probs: torch.Tensor | None, params: SamplingParams,
@@ -53,7 +54,10 @@ def verify_sample_compare(draft: list[int], probs: torch.Tensor, generator: torc
 
 def verify_rejection(draft: list[int], probs: torch.Tensor, q_probs: torch.Tensor,
                      generator: torch.Generator) -> list[int]:
-    """probs: [k+1, V] target; q_probs: [k, V], the distributions the draft tokens were drawn from."""
+    """probs: [k+1, V] target; q_probs: [k, V], the distributions the draft tokens were drawn from.
+    On the native kernels one call (sampler.cpp) with the same k + 1 uniforms."""
+    if on_native_kernels(probs):
+        return native_sampling.verify_rejection(draft, probs, q_probs, generator)
     k = len(draft)
     if k == 0:
         return [int(sample_rows(probs[:1], generator)[0])]

@@ -137,4 +137,32 @@ void ss_sample(const float* probs, int64_t n_rows, int64_t vocab, const double* 
     for (int64_t r = 0; r < n_rows; r++) tokens[r] = ss::draw_row(probs + r * vocab, vocab, uniforms[r]);
 }
 
+// Rejection sampling of a draft d[0..k) drawn from q rows [k, vocab] against the target's p rows
+// [k + 1, vocab]: accept d_i while q(d_i) > 0 and u_i * q(d_i) <= p(d_i); at the first rejection the
+// token is a draw from max(0, p - q) (from p where that is zero everywhere) with u_k, with everything
+// accepted the bonus is a draw from p[k] with u_k. Returns the number accepted; *token the target's token.
+int64_t ss_verify_rejection(const float* probs, const float* q, int64_t k, int64_t vocab, const int64_t* draft,
+                            const double* uniforms, int64_t* token) {
+    int64_t n = 0;
+    while (n < k) {
+        const double qd = q[n * vocab + draft[n]], pd = probs[n * vocab + draft[n]];
+        if (!(qd > 0.0 && uniforms[n] * qd <= pd)) break;
+        n++;
+    }
+    const float* p = probs + n * vocab;
+    if (n == k) {
+        *token = ss::draw_row(p, vocab, uniforms[k]);
+        return n;
+    }
+    static thread_local std::vector<float> residual;
+    residual.resize(vocab);
+    double total = 0.0;
+    for (int64_t i = 0; i < vocab; i++) {
+        residual[i] = std::max(0.0f, p[i] - q[n * vocab + i]);
+        total += residual[i];
+    }
+    *token = ss::draw_row(total > 0.0 ? residual.data() : p, vocab, uniforms[k]);
+    return n;
+}
+
 }  // extern "C"
