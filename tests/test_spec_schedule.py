@@ -15,7 +15,7 @@ from support.prompts import DRAFTER_PROMPTS, PI, TWO
 from specserve import LLM, SamplingParams
 from specserve.models.step_batch import StepBatch, split_by_length
 from specserve.speculative import registry
-from specserve.speculative.acceptance_schedule import (DECIDE_EVERY, EXPLORE_BUDGET, EXPLORE_EVERY, PRIOR,
+from specserve.speculative.acceptance_schedule import (DECIDE_EVERY, EXPLORE_EVERY, FOLLOW_UPS, PRIOR,
                                                        AcceptanceScheduler)
 from specserve.speculative.base import Draft
 from specserve.speculative.step_cost import StepCostTable
@@ -53,6 +53,7 @@ def test_drafting_stops_when_it_cannot_pay_for_itself():
     for slot in range(4):
         for _ in range(5):
             sched.observe(slot, 3, 3)
+    assert [sched.drafting_slots(slots, caps) for _ in range(FOLLOW_UPS)] == [[0]] * FOLLOW_UPS   # its follow-ups
     assert all(sched.drafting_slots(slots, caps) == slots for _ in range(20))
     sched.draft_seconds[4] = 1.0                                     # a draft call as slow as 100 steps ...
     sched.observe(0, 3, 3)                                           # ... was verified
@@ -76,27 +77,24 @@ def test_drafting_stops_when_it_cannot_pay_for_itself():
     assert all(d == slots for d in [sched.drafting_slots(slots, caps) for _ in range(40)][DECIDE_EVERY:])
 
 
-def test_exploring_calls_cost_at_most_their_budget_of_decoding():
-    """An exploring draft that catches its slot up on many tokens can cost several decode steps: the
-    next exploration waits until that cost is EXPLORE_BUDGET of the decoding in between."""
+def test_the_draft_time_comes_from_calls_without_a_catch_up():
+    """The first draft catches up on the prompt and is slow once: its follow-ups, with nothing to catch
+    up on, set the draft-time estimate; a later slow exploring call does not move it."""
     table = StepCostTable([1, 64], [0.01, 0.04])
     sched = AcceptanceScheduler(4, 3, table)
     slots, caps = [0, 1, 2, 3], [3] * 4
-    plain = 1.0 / table.steps_per_second(4)
     assert sched.drafting_slots(slots, caps) == [0]
-    sched.note_draft_time(5 * plain, 1)                  # the first call: as slow as 5 decode steps
-    sched.draft_seconds[4] = 1.0                         # drafting does not pay
-
-    def steps_to_next_exploration(call_seconds):
-        for step in range(1, 1000):
-            if sched.drafting_slots(slots, caps):
-                sched.note_draft_time(call_seconds, 1)
-                return step
-
-    gap = int(np.ceil(5 / EXPLORE_BUDGET))
-    assert steps_to_next_exploration(5 * plain) >= gap - 1      # not after EXPLORE_EVERY steps
-    assert steps_to_next_exploration(plain) >= gap - 1          # the slow call's wait; this one is cheap...
-    assert steps_to_next_exploration(plain) < gap               # ... so the next comes at the doubling gaps
+    sched.note_draft_time(0.05, 1)                       # the prompt's catch-up: five decode steps
+    assert sched.draft_seconds[1] == 0.05
+    for _ in range(FOLLOW_UPS):                          # the same slot drafts again, each call timed
+        assert sched.drafting_slots(slots, caps) == [0]
+        sched.note_draft_time(0.01, 1)
+    assert sched.draft_seconds[1] == pytest.approx(0.01)
+    sched.draft_seconds[4] = 1.0                         # drafting for every slot does not pay
+    explored = next(i for i in range(100) if sched.drafting_slots(slots, caps))
+    assert explored <= EXPLORE_EVERY + DECIDE_EVERY and sched.catch_up is not None
+    sched.note_draft_time(0.08, 1)                       # an exploring catch-up: no follow-up, no effect
+    assert sched.draft_seconds[1] == pytest.approx(0.01) and sched.follow_up is None
 
 
 def test_draft_time_of_an_unmeasured_slot_count_is_priced_up_from_a_smaller_one():

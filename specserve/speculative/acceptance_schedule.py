@@ -23,10 +23,11 @@ drafter at high concurrency), the step does not draft at all (`drafting_slots`),
 exploring steps at growing intervals, which keep the estimates and the draft time current. The
 first draft and every exploring step draft for ONE slot, the one that drafted longest ago: a drafter catches up on
 everything its slot produced since it last drafted, and a request that ends before its slot is
-explored again never costs that catch-up. Such a catch-up can cost several decode steps, so the
-next exploration waits long enough for the last one's cost to stay under EXPLORE_BUDGET of the
-decoding time in between. The draft time is estimated per number of drafting
-slots (a count not measured yet is priced linearly from a smaller one, which overestimates it).
+explored again never costs that catch-up. After the first draft, that slot drafts again at the next
+FOLLOW_UPS steps: calls with nothing to catch up on, which time the steady draft call and add
+observations, so the first "no" does not rest on one draft (an exploring call gets one such follow-up
+while the draft time is still known from catch-ups only). The draft time is estimated per number
+of drafting slots (a count not measured yet is priced linearly from a smaller one, which overestimates it).
 """
 from __future__ import annotations
 
@@ -40,8 +41,8 @@ PRIOR = 0.5          # acceptance chance assumed before any observation ...
 PRIOR_WEIGHT = 2.0   # ... worth this many observations
 DECAY = 0.9          # weight kept by older observations at each verification of the slot
 EXPLORE_EVERY = 8    # while drafting does not pay, still draft after this many steps (fresh estimates),
-EXPLORE_MAX = 128    # ... the gap doubling up to this while it keeps not paying,
-EXPLORE_BUDGET = 0.02  # ... and never so often that exploring calls cost more than this share of decoding
+EXPLORE_MAX = 128    # ... the gap doubling up to this while it keeps not paying
+FOLLOW_UPS = 4       # steady draft calls of the first drafting slot right after its first draft (evidence)
 DECIDE_EVERY = 4     # the draft-or-not decision is re-evaluated every this many steps (estimates move slowly)
 
 
@@ -59,8 +60,10 @@ class AcceptanceScheduler:
         self.n_decisions = 0
         self.explore_gap = EXPLORE_EVERY
         self.next_explore = 0
-        self.exploring_rows = 0                              # rows of the exploring step whose call is timed next
-        self.explore_steps = 0                               # fewest steps between explorations (EXPLORE_BUDGET)
+        self.catch_up: tuple | None = None                   # (slot, follow-ups) of a catch-up call timed next
+        self.follow_up: int | None = None                    # slot that drafts again right after its catch-up ...
+        self.follow_ups_left = 0                             # ... this many more times
+        self.caught_up_only: set[int] = set()                # slot counts timed on catch-up calls only
         self.last_decision: bool | None = None              # None: not worked out yet
         self.decided_for = (0, 0)                            # (slots, observations) it was worked out for
         self.n_observed = 0
@@ -78,18 +81,20 @@ class AcceptanceScheduler:
 
     def note_draft_time(self, seconds: float, n_slots: int) -> None:
         """Running estimate of a steady-state draft call for n_slots slots. A call that catches a
-        drafter up on many tokens (the first after a prompt, or after steps without drafting) is slow
-        once and says little about the next ones, so slower calls move the estimate little and much
-        slower ones not at all; faster calls move it quickly. An exploring call also sets how long
-        the next exploration waits."""
-        if self.exploring_rows:
-            plain_step = 1.0 / self.cost_table.steps_per_second(self.exploring_rows) + self.other_seconds
-            self.explore_steps = int(np.ceil(seconds / (EXPLORE_BUDGET * plain_step)))
-            self.next_explore = max(self.next_explore, self.n_decisions + self.explore_steps)
-            self.exploring_rows = 0
+        drafter up on many tokens (the first and every exploring call) is slow once and says little
+        about the next ones: it sets the draft time only until a call with nothing to catch up on is
+        timed (a follow-up). Of the other calls, slower ones move the estimate little and much slower
+        ones not at all; faster ones move it quickly."""
         known = self.draft_seconds.get(n_slots, 0.0)
-        if known == 0:
+        catch_up, self.catch_up = self.catch_up, None
+        if catch_up is not None:        # it drafted: its slot's follow-ups come next
+            self.follow_up, self.follow_ups_left = catch_up
+            if known == 0:
+                self.draft_seconds[n_slots] = seconds
+                self.caught_up_only.add(n_slots)
+        elif known == 0 or n_slots in self.caught_up_only:
             self.draft_seconds[n_slots] = seconds
+            self.caught_up_only.discard(n_slots)
         elif seconds < known:
             self.draft_seconds[n_slots] = 0.5 * known + 0.5 * seconds
         elif seconds < 3 * known:
@@ -126,16 +131,20 @@ class AcceptanceScheduler:
         again when the number of slots changes, and every DECIDE_EVERY steps when there are new
         observations; in between it is reused."""
         self.n_decisions += 1
-        self.exploring_rows = 0
+        self.catch_up = None
         chosen = list(range(len(slots)))
-        if not self.draft_seconds:              # the first draft measures a call for one slot
-            chosen = [int(np.argmin(self.last_drafted[slots]))]
-            self.exploring_rows = len(slots)
+        follow_up, self.follow_up = self.follow_up, None
+        if follow_up in slots and self.last_decision is not True:      # steady calls after a catch-up
+            chosen = [slots.index(follow_up)]
+            self.follow_ups_left -= 1
+            if self.follow_ups_left > 0:
+                self.follow_up = follow_up
+        elif not self.draft_seconds:            # the first draft measures a call for one slot
+            chosen = self._catch_up_one(slots, FOLLOW_UPS)
         elif self.last_decision is False and self.n_decisions >= self.next_explore:
-            self.next_explore = self.n_decisions + self.explore_gap      # or later: note_draft_time
+            self.next_explore = self.n_decisions + self.explore_gap
             self.explore_gap = min(2 * self.explore_gap, EXPLORE_MAX)
-            chosen = [int(np.argmin(self.last_drafted[slots]))]
-            self.exploring_rows = len(slots)
+            chosen = self._catch_up_one(slots, int(1 in self.caught_up_only))
         elif (self.last_decision is not None and self.decided_for[0] == len(slots)
               and (self.n_decisions % DECIDE_EVERY or self.decided_for[1] == self.n_observed)):
             chosen = chosen if self.last_decision else []       # nothing new to decide on
@@ -147,11 +156,17 @@ class AcceptanceScheduler:
                 self.explore_gap = EXPLORE_EVERY
             else:
                 if was is not False:            # drafting just stopped paying: explore after EXPLORE_EVERY steps
-                    self.next_explore = self.n_decisions + max(self.explore_gap, self.explore_steps)
+                    self.next_explore = self.n_decisions + self.explore_gap
                 chosen = []
         for i in chosen:
             self.last_drafted[slots[i]] = self.n_decisions
         return chosen
+
+    def _catch_up_one(self, slots: list[int], follow_ups: int) -> list[int]:
+        """Draft for the slot that drafted longest ago, then, if it drafted, `follow_ups` times more."""
+        i = int(np.argmin(self.last_drafted[slots]))
+        self.catch_up = (slots[i] if follow_ups else None, follow_ups)
+        return [i]
 
     def _drafting_pays(self, slots: list[int], caps: list[int]) -> bool:
         n = min(max(caps), self.n_positions)
