@@ -153,8 +153,10 @@ def test_train_draft_command(tiny_qwen3, tmp_path, capsys):
                  "--eagle3-layers", "0,1,1", "--draft-vocab", "160"]) == 0
     summary = json.loads((out / "training_summary.json").read_text())
     assert summary["steps"] == 8 and summary["taps"] == [0, 1, 1]
+    assert summary["acceptance"]["temperature"] == 0 and summary["acceptance_t1"]["temperature"] == 1
     assert json.loads((out / "config.json").read_text())["draft_vocab_size"] == 160
-    assert "specserve train-draft" in (out / "README.md").read_text()
+    card = (out / "README.md").read_text()
+    assert "specserve train-draft" in card and "| T=0 |" in card and "| T=1 (drafts sampled" in card
     assert main(["train-draft", "--method", "mtp", "--target", str(tiny_qwen3), "--data", str(tmp_path / "none.npz"),
                  "--out", str(tmp_path / "x")]) == 1
     assert "data file not found" in capsys.readouterr().err

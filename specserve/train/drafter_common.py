@@ -79,9 +79,10 @@ def copy_tokenizer(target_dir: Path, out_dir: Path) -> None:
 def measure_acceptance(target_dir: Path, spec_type: str, draft_dir: Path | None, prompts: list[list[int]],
                        n_max: int = 3, max_tokens: int = 96, temperature: float = 0.0, seed: int = 0) -> dict:
     """Mean acceptance length tau (1 + accepted / verification steps) and per-position acceptance,
-    measured by serving the drafter exactly as users will (greedy drafts, llama.cpp counters)."""
+    measured by serving the drafter exactly as users will (llama.cpp counters): greedy drafts at T=0,
+    drafts sampled from the drafter (`--spec-draft-sample`, rejection sampling) at T > 0."""
     llm = LLM(target_dir, draft_model=draft_dir, spec_type=spec_type, n_parallel=min(8, max(len(prompts), 1)),
-              spec_draft_n_max=n_max)
+              spec_draft_n_max=n_max, spec_draft_sample=temperature > 0)
     params = [SamplingParams(temperature=temperature, max_tokens=max_tokens, seed=seed + i)
               for i in range(len(prompts))]
     outs = llm.generate(prompts, params)
@@ -91,6 +92,35 @@ def measure_acceptance(target_dir: Path, spec_type: str, draft_dir: Path | None,
             "acceptance_per_position": [round(c / steps, 4) for c in stats["n_acc_per_pos"]],
             "drafted": stats["n_gen_tokens"], "accepted": stats["n_acc_tokens"], "prompts": len(prompts),
             "generated_tokens": sum(len(o.token_ids) for o in outs)}
+
+
+def served_acceptance(job: "DrafterJob", spec_type: str) -> dict:
+    """The card's measurements: acceptance at T=0 ("acceptance") and at T=1 ("acceptance_t1")."""
+    prompts = eval_prompts(job.eval_samples)
+    return {key: measure_acceptance(job.target_dir, spec_type, job.out_dir, prompts, temperature=t)
+            for key, t in (("acceptance", 0.0), ("acceptance_t1", 1.0))}
+
+
+def acceptance_section(summary: dict) -> str:
+    """The card's "Measured acceptance" section, from served_acceptance's records in `summary`."""
+    records = [summary[k] for k in ("acceptance", "acceptance_t1") if k in summary]
+    first = records[0]
+    rows = "\n".join(f"| T={a['temperature']:g}{' (drafts sampled, rejection sampling)' if a['temperature'] else ''} | "
+                     f"{a['tau']:.2f} | {', '.join(f'{p:.3f}' for p in a['acceptance_per_position'])} | "
+                     f"{a['drafted']} / {a['accepted']} |" for a in records)
+    return f"""## Measured acceptance
+
+On {first['prompts']} held-out prompts of the training data set (their prompts only; the
+target continues them), `--spec-draft-n-max {first['n_max']}`, measured by serving this folder with
+specserve:
+
+| temperature | tau (mean acceptance length) | acceptance per draft position | drafted / accepted tokens |
+|---|---|---|---|
+{rows}
+
+tau counts the target's own token: 1 + accepted draft tokens per verification step
+(llama.cpp's `#mean acc len`). `benchmarks/method_table.py` compares all methods.
+"""
 
 
 def usage(job: DrafterJob, spec_type: str) -> str:
@@ -108,8 +138,6 @@ def write_card(out_dir: Path, title: str, intro: str, rows: list[tuple[str, str]
                summary: dict, usage: str) -> None:
     """README.md model card: what it is, how it was trained, and its measured acceptance."""
     table = "\n".join(f"| {k} | {v} |" for k, v in rows)
-    accept = summary["acceptance"]
-    per_pos = ", ".join(f"{p:.3f}" for p in accept["acceptance_per_position"])
     text = f"""# {title}
 
 {intro}
@@ -118,19 +146,7 @@ def write_card(out_dir: Path, title: str, intro: str, rows: list[tuple[str, str]
 |---|---|
 {table}
 
-## Measured acceptance
-
-On {accept['prompts']} held-out prompts of the training data set (their prompts only; the
-target continues them), greedy decoding, `--spec-draft-n-max {accept['n_max']}`, measured by
-serving this folder with specserve:
-
-| tau (mean acceptance length) | acceptance per draft position | drafted / accepted tokens |
-|---|---|---|
-| {accept['tau']:.2f} | {per_pos} | {accept['drafted']} / {accept['accepted']} |
-
-tau counts the target's own token: 1 + accepted draft tokens per verification step
-(llama.cpp's `#mean acc len`). `benchmarks/method_table.py` compares all methods.
-
+{acceptance_section(summary)}
 ## Training
 
 ```

@@ -17,7 +17,7 @@ from ..models.config import config_from_dict
 from ..models.transformer import CausalLM
 from ..errors import OptionError
 from .draft_loop import optimize
-from .drafter_common import (DrafterJob, usage, copy_tokenizer, eval_prompts, load_frozen_target, measure_acceptance,
+from .drafter_common import (DrafterJob, usage, copy_tokenizer, load_frozen_target, served_acceptance,
                              soft_cross_entropy, target_distribution, write_card)
 
 HELP = "a small distilled draft model for --spec-type draft-simple (-md DIR)"
@@ -93,8 +93,7 @@ def train(job: DrafterJob) -> dict:
     if not job.dp.is_main:
         return summary
     save(draft, raw, job)
-    summary["acceptance"] = measure_acceptance(job.target_dir, "draft-simple", job.out_dir,
-                                               eval_prompts(job.eval_samples))
+    summary.update(served_acceptance(job, "draft-simple"))
     log(f"draft-simple: measured tau {summary['acceptance']['tau']:.2f}")
     write_card(job.out_dir, job.out_dir.name,
                "A small draft model for `--spec-type draft-simple`, distilled from the target it ships "

@@ -21,7 +21,7 @@ from ..models.eagle3_model import Eagle3Draft, Eagle3Options
 from ..models.rope import RotaryEmbedding
 from ..models.transformer import init_weights
 from .draft_loop import optimize
-from .drafter_common import (DrafterJob, usage, eval_prompts, load_frozen_target, measure_acceptance,
+from .drafter_common import (DrafterJob, usage, load_frozen_target, served_acceptance,
                              target_distribution, write_card)
 from .ttt import eagle3_step, unrolled_loss
 
@@ -125,8 +125,7 @@ def train(job: DrafterJob) -> dict:
     if not job.dp.is_main:
         return summary
     save(head, taps, n_layers, job)
-    summary["acceptance"] = measure_acceptance(job.target_dir, "draft-eagle3", job.out_dir,
-                                               eval_prompts(job.eval_samples))
+    summary.update(served_acceptance(job, "draft-eagle3"))
     summary["taps"] = list(taps)
     log(f"eagle3: measured tau {summary['acceptance']['tau']:.2f}")
     write_card(job.out_dir, job.out_dir.name,

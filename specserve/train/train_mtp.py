@@ -16,7 +16,7 @@ from ..models.mtp_head import MtpHead
 from ..models.rope import RotaryEmbedding
 from ..models.transformer import init_weights
 from .draft_loop import optimize
-from .drafter_common import (DrafterJob, usage, eval_prompts, load_frozen_target, measure_acceptance,
+from .drafter_common import (DrafterJob, usage, load_frozen_target, served_acceptance,
                              target_distribution, write_card)
 from .ttt import mtp_step, unrolled_loss
 
@@ -69,8 +69,7 @@ def train(job: DrafterJob) -> dict:
     if not job.dp.is_main:
         return summary
     save_head_folder(head, job.target_dir, job.out_dir)
-    summary["acceptance"] = measure_acceptance(job.target_dir, "draft-mtp", job.out_dir,
-                                               eval_prompts(job.eval_samples))
+    summary.update(served_acceptance(job, "draft-mtp"))
     log(f"mtp: measured tau {summary['acceptance']['tau']:.2f}")
     n = cfg.num_hidden_layers
     write_card(job.out_dir, job.out_dir.name,
