@@ -130,18 +130,19 @@ def test_greedy_identical_with_and_without_draft_model(tiny_qwen3, near_draft, t
 
 
 @pytest.mark.skipif(kernels.requested() == "torch", reason="SPECSERVE_KERNELS=torch")
-def test_one_call_greedy_chain_drafts_what_the_step_loop_drafts(tiny_qwen3, near_draft, monkeypatch):
-    """The greedy chain in one native call and the step-by-step loop give the same drafts (so the same
-    counters), at 1 and 3 slots with per-request caps."""
+@pytest.mark.parametrize("temperature", [0.0, 0.9])
+def test_one_call_chain_drafts_what_the_step_loop_drafts(tiny_qwen3, near_draft, monkeypatch, temperature):
+    """The chain in one native call and the step-by-step loop give the same drafts (so the same
+    counters), at 1 and 3 slots with per-request caps, greedy and sampled (--spec-draft-sample)."""
     from specserve.speculative.draft_simple import DraftSimple
-    params = SamplingParams(temperature=0, max_tokens=24, ignore_eos=True)
+    params = [SamplingParams(temperature=temperature, max_tokens=24, ignore_eos=True, seed=i) for i in range(len(PROMPTS))]
 
     def run(one_call: bool):
         monkeypatch.setattr(DraftSimple, "_one_call", lambda self, requests: one_call)
         counters = []
         for n_parallel in (1, 3):
             llm = LLM(tiny_qwen3, spec_type="draft-simple", draft_model=near_draft, n_parallel=n_parallel,
-                      spec_draft_n_max=4)
+                      spec_draft_n_max=4, spec_draft_sample=temperature > 0)
             assert llm.engine.driver.proposers[0].model.native is not None
             outs = llm.generate(PROMPTS, params)
             stats = llm.engine.driver.stats_dict()["draft-simple"]

@@ -1,5 +1,6 @@
-"""EAGLE-3 and MTP heads draft their greedy chain in one native call (kernels/native/head_chain.cpp);
-the drafts must be the ones the step-by-step loop gives, for every head layout, at 1 and 3 slots."""
+"""EAGLE-3 and MTP heads draft their chain in one native call (kernels/native/head_chain.cpp); the drafts
+must be the ones the step-by-step loop gives, for every head layout, at 1 and 3 slots, greedy and with
+drafts sampled at T > 0 (the same uniforms of the request's generator)."""
 import pytest
 
 from support.model_drafters import add_mtp, write_eagle3
@@ -23,27 +24,30 @@ def record_drafts(llm) -> list:
 
     def spy(requests):
         result = draft(requests)
-        seen.extend((slot, list(d.tokens)) for slot, d in sorted(result.items()))
+        seen.extend((slot, list(d.tokens), None if d.q_probs is None else d.q_probs.nonzero().tolist())
+                    for slot, d in sorted(result.items()))
         return result
 
     llm.engine.driver.draft = spy
     return seen
 
 
-def run_both_ways(monkeypatch, spec_type: str, target, draft=None, n_max: int = 4):
-    """Every draft, the outputs and the counters at 1 and 3 slots, with the one-call chain and with the
-    step loop."""
-    params = SamplingParams(temperature=0, max_tokens=24, ignore_eos=True)
+def run_both_ways(monkeypatch, spec_type: str, target, draft=None, n_max: int = 4, temperature: float = 0.0):
+    """Every draft (with its q when sampled), the outputs and the counters at 1 and 3 slots, with the
+    one-call chain and with the step loop."""
+    params = [SamplingParams(temperature=temperature, max_tokens=24, ignore_eos=True, seed=i)
+              for i in range(len(PROMPTS))]
     results = []
     for one_call in (True, False):
         calls = []
-        original = HiddenChainProposer._greedy_chain
+        original = HiddenChainProposer._chain_call
         monkeypatch.setattr(HiddenChainProposer, "_one_call", lambda self, requests: one_call)
-        monkeypatch.setattr(HiddenChainProposer, "_greedy_chain",
+        monkeypatch.setattr(HiddenChainProposer, "_chain_call",
                             lambda self, *a: calls.append(1) or original(self, *a))
         counters = []
         for n_parallel in (1, 3):
-            llm = LLM(target, spec_type=spec_type, draft_model=draft, n_parallel=n_parallel, spec_draft_n_max=n_max)
+            llm = LLM(target, spec_type=spec_type, draft_model=draft, n_parallel=n_parallel, spec_draft_n_max=n_max,
+                      spec_draft_sample=temperature > 0)
             drafts = record_drafts(llm)
             outs = llm.generate(PROMPTS, params)
             stats = llm.engine.driver.stats_dict()[spec_type]
@@ -52,7 +56,7 @@ def run_both_ways(monkeypatch, spec_type: str, target, draft=None, n_max: int = 
         assert bool(calls) == one_call
         results.append(counters)
     assert results[0] == results[1]
-    assert len(results[0][0][0]) > 20 and max(len(d) for _, d in results[0][0][0]) == n_max
+    assert len(results[0][0][0]) > 20 and max(len(d) for _, d, _ in results[0][0][0]) == n_max
 
 
 @pytest.mark.parametrize("layout,kwargs", [
@@ -61,14 +65,17 @@ def run_both_ways(monkeypatch, spec_type: str, target, draft=None, n_max: int = 
     ("speculators", {"norm_before_residual": True, "own_embedding": True}),
     ("speculators", {"hidden": 48, "own_embedding": True, "n_layers": 2}),    # narrower head, a second layer
 ])
-def test_eagle3_one_call_chain_drafts_what_the_step_loop_drafts(tmp_path, target6, monkeypatch, layout, kwargs):
+@pytest.mark.parametrize("temperature", [0.0, 0.9])
+def test_eagle3_one_call_chain_drafts_what_the_step_loop_drafts(tmp_path, target6, monkeypatch, layout, kwargs,
+                                                                temperature):
     draft = write_eagle3(tmp_path / "d", target6, layout, layer_ids=[0, 2, 5] if layout == "speculators" else None,
                          **kwargs)
-    run_both_ways(monkeypatch, "draft-eagle3", target6, draft)
+    run_both_ways(monkeypatch, "draft-eagle3", target6, draft, temperature=temperature)
 
 
 @pytest.mark.parametrize("layout", ["deepseek", "mimo"])
-def test_mtp_one_call_chain_drafts_what_the_step_loop_drafts(tmp_path, monkeypatch, layout):
+@pytest.mark.parametrize("temperature", [0.0, 0.9])
+def test_mtp_one_call_chain_drafts_what_the_step_loop_drafts(tmp_path, monkeypatch, layout, temperature):
     target = write_model(tmp_path, "qwen2" if layout == "mimo" else "qwen3", seed=1, std=0.25, tokenizer=False)
     add_mtp(target, layout, std=0.3)
-    run_both_ways(monkeypatch, "draft-mtp", target, n_max=3)
+    run_both_ways(monkeypatch, "draft-mtp", target, n_max=3, temperature=temperature)

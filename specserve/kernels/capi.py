@@ -49,6 +49,11 @@ class BlockDraft(ctypes.Structure):
                 ("temperature", c_void_p), ("uniforms", c_void_p), ("q", c_void_p)]
 
 
+class ChainPick(ctypes.Structure):
+    _fields_ = [("top_k", c_int32), ("n_steps", c_int64), ("temperature", c_void_p), ("uniforms", c_void_p),
+                ("cand_ids", c_void_p), ("cand_q", c_void_p)]
+
+
 class HeadChain(ctypes.Structure):
     _fields_ = [("n_rows", c_int64), ("tokens", c_void_p), ("hidden_in", c_void_p), ("attn", Attention),
                 ("n_out", c_int64), ("out_rows", c_void_p), ("embed_norm", c_void_p), ("hidden_norm", c_void_p),
@@ -70,12 +75,12 @@ _SIGNATURES = {
     "ss_layer_forward": (None, [POINTER(Model), c_int32, c_void_p, c_int64, c_void_p, c_int64, c_void_p,
                                 POINTER(Attention)]),
     "ss_model_forward": (c_int32, [POINTER(Model), POINTER(Step)]),
-    "ss_model_greedy_chain": (c_int32, [POINTER(Model), POINTER(Step), c_int64, c_void_p]),
+    "ss_model_draft_chain": (c_int32, [POINTER(Model), POINTER(Step), c_int64, c_void_p, c_void_p]),
     "ss_sampling_probs": (None, [c_void_p, c_int64, c_int64, c_int32, c_float, c_float, c_float, c_void_p]),
     "ss_sample": (None, [c_void_p, c_int64, c_int64, c_void_p, c_void_p]),
     "ss_verify_rejection": (c_int64, [c_void_p, c_void_p, c_int64, c_int64, c_void_p, c_void_p, c_void_p]),
     "ss_block_draft_forward": (c_int32, [POINTER(Model), POINTER(BlockDraft)]),
-    "ss_head_greedy_chain": (c_int32, [POINTER(Model), POINTER(HeadChain), c_int64, c_void_p]),
+    "ss_head_draft_chain": (c_int32, [POINTER(Model), POINTER(HeadChain), c_int64, c_void_p, c_void_p]),
 }
 ABI_VERSION = 1
 

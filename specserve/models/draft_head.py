@@ -84,11 +84,12 @@ class DraftHead(nn.Module):
             chain.proj = self.packed[parts["proj"]].struct
         return chain
 
-    def greedy_chain(self, batch: StepBatch, hidden: torch.Tensor, cache: KVCache, n_more: int,
-                     id_map: torch.Tensor | None = None) -> torch.Tensor:
-        """Greedy drafts [S, 1 + n_more] (target ids through id_map) in one native call: `batch` with its
-        input hidden rows (output rows: each slot's last row, in slot order), then n_more steps that feed
-        each slot's draft with its output hidden row. The cache lengths include every fed row."""
+    def draft_chain(self, batch: StepBatch, hidden: torch.Tensor, cache: KVCache, n_more: int,
+                    id_map: torch.Tensor | None = None, pick=None) -> torch.Tensor:
+        """Drafts [S, 1 + n_more] (target ids through id_map) in one native call: `batch` with its input
+        hidden rows (output rows: each slot's last row, in slot order), then n_more steps that feed each
+        slot's draft with its output hidden row; `pick` (a ChainPick; None: the argmax) picks the drafts.
+        The cache lengths include every fed row."""
         hidden = hidden.float().contiguous()
         keep: list = []
         chain = self._chain
@@ -97,7 +98,8 @@ class DraftHead(nn.Module):
         chain.n_out, chain.out_rows = batch.output_rows.shape[0], batch.output_rows.data_ptr()
         chain.id_map = 0 if id_map is None else id_map.data_ptr()
         drafts = torch.empty(batch.output_rows.shape[0], 1 + n_more, dtype=torch.int64)
-        library().ss_head_greedy_chain(self.native.model_ref, ctypes.byref(chain), n_more, drafts.data_ptr())
+        library().ss_head_draft_chain(self.native.model_ref, ctypes.byref(chain), n_more,
+                                      None if pick is None else pick.ref, drafts.data_ptr())
         for seg in batch.segments:
             cache.lengths[seg.slot] = seg.pos0 + seg.n_rows + n_more
         return drafts

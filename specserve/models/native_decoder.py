@@ -169,13 +169,15 @@ class NativeDecoder:
         commit_lengths(batch, cache)
         return out
 
-    def greedy_chain(self, batch: StepBatch, cache: KVCache, n_more: int) -> torch.Tensor:
-        """Greedy drafts [S, 1 + n_more] in one call: `batch` (output rows: each slot's last row, slot
-        order), then n_more steps that feed each slot's last argmax. The cache lengths include every fed row."""
+    def draft_chain(self, batch: StepBatch, cache: KVCache, n_more: int, pick=None) -> torch.Tensor:
+        """Drafts [S, 1 + n_more] in one call: `batch` (output rows: each slot's last row, slot order), then
+        n_more steps that feed each slot's last draft, picked by `pick` (a ChainPick; None: the argmax).
+        The cache lengths include every fed row."""
         keep: list = []
         step, _ = self._step(batch, cache, (), False, keep)
         drafts = torch.empty(batch.output_rows.shape[0], 1 + n_more, dtype=torch.int64)
-        self.lib.ss_model_greedy_chain(self.stack.model_ref, ctypes.byref(step), n_more, drafts.data_ptr())
+        self.lib.ss_model_draft_chain(self.stack.model_ref, ctypes.byref(step), n_more,
+                                      None if pick is None else pick.ref, drafts.data_ptr())
         for seg in batch.segments:
             cache.lengths[seg.slot] = seg.pos0 + seg.n_rows + n_more
         return drafts

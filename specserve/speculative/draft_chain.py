@@ -6,7 +6,8 @@ looks at the top-10 candidates of its output row (softmax over those 10 at T=1),
 before a token whose probability is below `--spec-draft-p-min`, appends the top-1 token,
 and stops at `--spec-draft-n-max` (or the caller's cap). Drafts shorter than
 `--spec-draft-n-min` are dropped. With `--spec-draft-sample` and a request temperature
-T > 0 the token is instead sampled from softmax(top-10 / T) and that distribution is
+T > 0 the token is instead sampled from softmax(top-10 / T) (one uniform of the request's generator:
+the first candidate whose cumulative probability passes it) and that distribution is
 passed on as `Draft.q_probs`, so the verifier can use true rejection sampling.
 
 A drafter provides a `step` function: given a StepBatch whose output rows are the last
@@ -20,11 +21,15 @@ from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import Callable
 
+import ctypes
+
 import numpy as np
 import torch
 
+from ..kernels import capi
 from ..models.step_batch import StepBatch
 from .base import Draft, DraftRequest
+from .markov_chain import draw
 
 TOP_K = 10
 # longest first-step segment per slot; longer catch-ups (a fresh prompt) are fed in chunks first
@@ -68,8 +73,7 @@ def pick_tokens(logits: torch.Tensor, requests: list[DraftRequest], settings: Si
         for i, req in enumerate(requests):
             if req.temperature > 0:
                 q_top = torch.softmax(values[i] / req.temperature, dim=-1)
-                pick = int(torch.multinomial(q_top, 1, generator=req.generator))
-                chosen[i] = ids[i, pick]
+                chosen[i] = ids[i, draw(q_top, float(torch.rand(1, generator=req.generator, dtype=torch.float64)))]
                 q_rows[i] = torch.zeros(vocab_size).index_copy_(0, ids[i], q_top)
     return chosen.tolist(), probs[:, 0].tolist(), q_rows
 
@@ -90,20 +94,50 @@ def feed_long_catch_ups(first: list[ChainRows], step: StepFn) -> None:
                 r.hidden = r.hidden[n:]
 
 
+class ChainPick:
+    """The sampled picks of a one-call chain (kernels.h `ss_chain_pick`): per slot its temperature and
+    uniforms (as many as the step loop would draw), and the top-10 candidates and q the kernel writes."""
+
+    def __init__(self, requests: list[DraftRequest], caps: list[int], vocab_size: int):
+        n_steps, k = max(caps), min(TOP_K, vocab_size)
+        self.vocab_size, self.k = vocab_size, k
+        self.sampled = [r.temperature > 0 for r in requests]
+        self.temperature = torch.tensor([r.temperature if on else 0.0 for r, on in zip(requests, self.sampled)])
+        self.uniforms = torch.zeros(len(requests), n_steps, dtype=torch.float64)
+        for i, (req, cap) in enumerate(zip(requests, caps)):
+            if self.sampled[i]:
+                self.uniforms[i, :cap] = torch.rand(cap, generator=req.generator, dtype=torch.float64)
+        self.ids = torch.zeros(len(requests), n_steps, k, dtype=torch.int64)
+        self.q = torch.zeros(len(requests), n_steps, k)
+        self.struct = capi.ChainPick(k, n_steps, self.temperature.data_ptr(), self.uniforms.data_ptr(),
+                                     self.ids.data_ptr(), self.q.data_ptr())
+        self.ref = ctypes.byref(self.struct)
+
+    def q_rows(self, i: int, n: int) -> torch.Tensor | None:
+        """Slot i's q [n, V] for its first n drafts, or None for a greedy slot."""
+        if not self.sampled[i]:
+            return None
+        return torch.zeros(n, self.vocab_size).scatter_(1, self.ids[i, :n], self.q[i, :n])
+
+
 def one_call_chain(requests: list[DraftRequest], first: list[ChainRows], step: StepFn, settings: SimpleNamespace,
-                   chain: Callable[[StepBatch, "torch.Tensor | None", int], torch.Tensor]) -> dict[int, Draft]:
-    """run_chain's greedy drafts (no probability cut, no sampling) with every step in one native call:
-    chain(batch, hidden, n_more) -> target ids [S, 1 + n_more], the batch's output rows being each slot's
-    last row. Small Python operations between native calls run on cold caches and cost more than a
-    small drafter's layers."""
+                   chain: Callable, vocab_size: int) -> dict[int, Draft]:
+    """run_chain's drafts, when no probability cut applies, with every step in one native call:
+    chain(batch, hidden, n_more, pick) -> target ids [S, 1 + n_more], the batch's output rows being each
+    slot's last row; `pick` (a ChainPick, or None when no slot samples) samples the `--spec-draft-sample`
+    slots. Small Python operations between native calls run on cold caches and cost more than a small
+    drafter's layers."""
     feed_long_catch_ups(first, step)
     by_slot = {r.slot: r for r in requests}
-    caps = [draft_cap(settings, by_slot[r.slot]) for r in first]
+    reqs = [by_slot[r.slot] for r in first]
+    caps = [draft_cap(settings, r) for r in reqs]
+    pick = ChainPick(reqs, caps, vocab_size) if settings.sample and any(r.temperature > 0 for r in reqs) else None
     batch = StepBatch.build([(r.slot, r.tokens, r.pos0) for r in first],
                             (np.cumsum([r.tokens.shape[0] for r in first]) - 1).tolist())
     hidden = None if first[0].hidden is None else torch.cat([r.hidden for r in first])
-    drafts = chain(batch, hidden, max(caps) - 1).tolist()
-    return {r.slot: Draft(tokens[:cap]) for r, cap, tokens in zip(first, caps, drafts) if cap >= max(1, settings.n_min)}
+    drafts = chain(batch, hidden, max(caps) - 1, pick).tolist()
+    return {r.slot: Draft(tokens[:cap], None if pick is None else pick.q_rows(i, cap))
+            for i, (r, cap, tokens) in enumerate(zip(first, caps, drafts)) if cap >= max(1, settings.n_min)}
 
 
 def run_chain(requests: list[DraftRequest], first: list[ChainRows], step: StepFn, settings: SimpleNamespace,

@@ -65,22 +65,21 @@ class DraftSimple(Proposer):
     def draft(self, requests: list[DraftRequest]) -> dict[int, Draft]:
         first = [self._catch_up_rows(req) for req in requests]
         if self._one_call(requests):
-            return one_call_chain(requests, first, self._step, self.settings, self._greedy_chain)
+            return one_call_chain(requests, first, self._step, self.settings, self._chain_call, self.target_vocab)
         return run_chain(requests, first, self._step, self.settings, self.target_vocab)
 
     def _one_call(self, requests: list[DraftRequest]) -> bool:
-        """Whether the whole chain can run as one native call: greedy, no probability cut, the same
-        vocabulary, and RoPE tables indexed by position."""
+        """Whether the whole chain can run as one native call: no probability cut, the same vocabulary,
+        and RoPE tables indexed by position."""
         model, settings = self.model, self.settings
         return (model.native is not None and settings.p_min <= 0 and self.draft_vocab == self.target_vocab
-                and model.rope.rope_type != "dynamic"
-                and not (settings.sample and any(r.temperature > 0 for r in requests)))
+                and model.rope.rope_type != "dynamic")
 
-    def _greedy_chain(self, batch: StepBatch, hidden, n_more: int) -> torch.Tensor:
+    def _chain_call(self, batch: StepBatch, hidden, n_more: int, pick) -> torch.Tensor:
         """one_call_chain's call: every draft step in one native call, recording what the cache holds."""
         for seg in batch.segments:
             self.seen[seg.slot, seg.pos0:seg.pos0 + seg.n_rows] = batch.tokens[seg.start:seg.start + seg.n_rows].numpy()
-        drafts = self.model.native.greedy_chain(batch, self.cache, n_more)
+        drafts = self.model.native.draft_chain(batch, self.cache, n_more, pick)
         for seg, tokens in zip(batch.segments, drafts.numpy()):
             end = seg.pos0 + seg.n_rows
             self.seen[seg.slot, end:end + n_more] = tokens[:n_more]          # the drafts fed back

@@ -168,18 +168,15 @@ class HiddenChainProposer(Proposer):
         if not first:
             return {}
         if self._one_call(requests):
-            return one_call_chain(requests, first, self.head_step, self.settings, self._greedy_chain)
+            return one_call_chain(requests, first, self.head_step, self.settings, self._chain_call, self.target_vocab)
         return run_chain(requests, first, self.head_step, self.settings, self.target_vocab, self.id_map)
 
     def _one_call(self, requests: list[DraftRequest]) -> bool:
-        """Whether the chain can run as one native call: greedy, no probability cut, RoPE tables indexed
-        by position."""
-        settings = self.settings
-        return (self.head.native is not None and settings.p_min <= 0 and self.head.rope.rope_type != "dynamic"
-                and not (settings.sample and any(r.temperature > 0 for r in requests)))
+        """Whether the chain can run as one native call: no probability cut, RoPE tables indexed by position."""
+        return (self.head.native is not None and self.settings.p_min <= 0 and self.head.rope.rope_type != "dynamic")
 
-    def _greedy_chain(self, batch: StepBatch, hidden: torch.Tensor, n_more: int) -> torch.Tensor:
-        return self.head.greedy_chain(batch, hidden, self.cache, n_more, self.id_map)
+    def _chain_call(self, batch: StepBatch, hidden: torch.Tensor, n_more: int, pick) -> torch.Tensor:
+        return self.head.draft_chain(batch, hidden, self.cache, n_more, self.id_map, pick)
 
     def release(self, slot: int) -> None:
         self.slots[slot].reset()

@@ -155,17 +155,18 @@ int32_t ss_model_forward(const ss_model* m, const ss_step* step) {
     return 0;
 }
 
-int32_t ss_model_greedy_chain(const ss_model* m, const ss_step* first, int64_t n_more, int64_t* drafts) {
+int32_t ss_model_draft_chain(const ss_model* m, const ss_step* first, int64_t n_more, const ss_chain_pick* pick,
+                             int64_t* drafts) {
     // step 0 is `first` (its output rows: one per slot, in slot order); then one row per slot per step
     const int64_t n_slots = first->n_out, width = n_more + 1;
     ss_model_forward(m, first);
-    std::vector<int64_t> slots(n_slots), pos(n_slots), fed(n_slots), picked(n_slots);
+    std::vector<int64_t> slots(n_slots), pos(n_slots), fed(n_slots);
     std::vector<float> logits(n_slots * m->vocab);
     for (int64_t i = 0; i < n_slots; i++) {
         const int64_t r = first->out_rows[i];
         slots[i] = first->attn.row_slot[r];
         pos[i] = first->attn.row_pos[r];
-        drafts[i * width] = first->argmax[i];
+        drafts[i * width] = ss::pick_draft(pick, i, 0, first->logits + i * m->vocab, m->vocab, nullptr);
     }
     std::vector<int64_t> out_rows(n_slots);
     for (int64_t i = 0; i < n_slots; i++) out_rows[i] = i;
@@ -185,9 +186,9 @@ int32_t ss_model_greedy_chain(const ss_model* m, const ss_step* first, int64_t n
         step.n_out = n_slots;
         step.out_rows = out_rows.data();
         step.logits = logits.data();
-        step.argmax = picked.data();
         ss_model_forward(m, &step);
-        for (int64_t i = 0; i < n_slots; i++) drafts[i * width + j] = picked[i];
+        for (int64_t i = 0; i < n_slots; i++)
+            drafts[i * width + j] = ss::pick_draft(pick, i, j, logits.data() + i * m->vocab, m->vocab, nullptr);
     }
     return 0;
 }

@@ -1,6 +1,6 @@
-// A hidden-state draft head's greedy chain (EAGLE-3, MTP) in one call. Each step feeds (token,
+// A hidden-state draft head's draft chain (EAGLE-3, MTP) in one call. Each step feeds (token,
 // hidden) rows: the head combines the token's embedding with the hidden row, runs its decoder
-// layers over its own cache, and its output rows give the argmax draft and the hidden row that is
+// layers over its own cache, and its output rows give the draft (argmax or a draw) and the hidden row that is
 // fed back with that draft at the next position. In Python every step ran a dozen small operations
 // between native calls, on cold caches, and cost more than the head's layers.
 #include <algorithm>
@@ -21,11 +21,11 @@ struct ChainBuffers {
     std::vector<float> embed, parts, x, normed, logits;
 };
 
-// One step over n rows (tokens, hidden_in, positions in attn). Output rows out_rows[i] give
-// drafts[i] (target ids) and hidden_out[i] (the row fed back next step).
+// Step j over n rows (tokens, hidden_in, positions in attn). Output rows out_rows[i] give drafts[i]
+// (target ids, picked by `pick`) and hidden_out[i] (the row fed back next step).
 void head_step(const ss_model& m, const ss_head_chain& h, int64_t n, const int64_t* tokens, const float* hidden_in,
-               const ss_attn& attn, int64_t n_out, const int64_t* out_rows, int64_t* drafts, float* hidden_out,
-               ChainBuffers& b) {
+               const ss_attn& attn, int64_t n_out, const int64_t* out_rows, const ss_chain_pick* pick, int64_t j,
+               int64_t* drafts, float* hidden_out, ChainBuffers& b) {
     const int64_t hidden = m.hidden, wide = 2 * hidden;
     float* e = grow(b.embed, n * hidden);
     embed_rows(m, tokens, n, e);
@@ -56,8 +56,7 @@ void head_step(const ss_model& m, const ss_head_chain& h, int64_t n, const int64
     float* logits = grow(b.logits, n_out * m.vocab);
     gemm(m.head, normed, n_out, hidden, logits, m.vocab, SS_OUT_STORE);
     for (int64_t i = 0; i < n_out; i++) {
-        const int64_t pick = argmax(logits + i * m.vocab, m.vocab);
-        drafts[i] = h.id_map ? h.id_map[pick] : pick;
+        drafts[i] = pick_draft(pick, i, j, logits + i * m.vocab, m.vocab, h.id_map);
         std::memcpy(hidden_out + i * hidden, h.feed_normed ? normed + i * hidden : x + out_rows[i] * hidden,
                     hidden * sizeof(float));
     }
@@ -66,14 +65,14 @@ void head_step(const ss_model& m, const ss_head_chain& h, int64_t n, const int64
 }  // namespace
 }  // namespace ss
 
-extern "C" int32_t ss_head_greedy_chain(const ss_model* m, const ss_head_chain* h, int64_t n_more,
-                                        int64_t* drafts) {
+extern "C" int32_t ss_head_draft_chain(const ss_model* m, const ss_head_chain* h, int64_t n_more,
+                                       const ss_chain_pick* pick, int64_t* drafts) {
     using namespace ss;
     static thread_local ChainBuffers buffers;
     const int64_t n_slots = h->n_out, width = n_more + 1, hidden = m->hidden;
     std::vector<int64_t> picked(n_slots), slots(n_slots), pos(n_slots), fed(n_slots), out_rows(n_slots);
     std::vector<float> fed_hidden(n_slots * hidden), next_hidden(n_slots * hidden);
-    head_step(*m, *h, h->n_rows, h->tokens, h->hidden_in, h->attn, n_slots, h->out_rows, picked.data(),
+    head_step(*m, *h, h->n_rows, h->tokens, h->hidden_in, h->attn, n_slots, h->out_rows, pick, 0, picked.data(),
               fed_hidden.data(), buffers);
     for (int64_t i = 0; i < n_slots; i++) {
         const int64_t r = h->out_rows[i];
@@ -92,8 +91,8 @@ extern "C" int32_t ss_head_greedy_chain(const ss_model* m, const ss_head_chain* 
             fed[i] = drafts[i * width + j - 1];
             pos[i] += 1;
         }
-        head_step(*m, *h, n_slots, fed.data(), fed_hidden.data(), attn, n_slots, out_rows.data(), picked.data(),
-                  next_hidden.data(), buffers);
+        head_step(*m, *h, n_slots, fed.data(), fed_hidden.data(), attn, n_slots, out_rows.data(), pick, j,
+                  picked.data(), next_hidden.data(), buffers);
         std::swap(fed_hidden, next_hidden);
         for (int64_t i = 0; i < n_slots; i++) drafts[i * width + j] = picked[i];
     }

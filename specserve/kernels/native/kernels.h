@@ -85,9 +85,21 @@ void ss_rms_norm(const float* x, const float* weight, float* out, int64_t m, int
 void ss_layer_forward(const ss_model* m, int32_t layer, float* x, int64_t n_rows, const float* input,
                       int64_t prefix_rows, const float* prefix_input, const ss_attn* attn);
 int32_t ss_model_forward(const ss_model* m, const ss_step* step);
-// A greedy draft chain: `first` (argmax set, one output row per slot), then n_more steps that each feed
-// every slot's last argmax at the next position. drafts [n_out, 1 + n_more].
-int32_t ss_model_greedy_chain(const ss_model* m, const ss_step* first, int64_t n_more, int64_t* drafts);
+// How a draft chain picks slot s's token at step j: the argmax, or when temperature[s] > 0 a draw with
+// uniforms[s, j] from q = softmax(top_k largest logits / T), whose candidates (target ids) and
+// probabilities go to cand_ids / cand_q [n_slots, n_steps, top_k] (top_k <= 64).
+struct ss_chain_pick {
+    int32_t top_k;
+    int64_t n_steps;
+    const float* temperature;     // [n_slots]
+    const double* uniforms;       // [n_slots, n_steps]
+    int64_t* cand_ids;
+    float* cand_q;
+};
+// A draft chain: `first` (logits set, one output row per slot, in slot order), then n_more steps that
+// each feed every slot's last draft at the next position. drafts [n_out, 1 + n_more]; pick null: argmax.
+int32_t ss_model_draft_chain(const ss_model* m, const ss_step* first, int64_t n_more, const ss_chain_pick* pick,
+                             int64_t* drafts);
 // probs [n_rows, vocab]: the distribution sampling draws from (top-k, top-p, min-p, then temperature)
 void ss_sampling_probs(const float* logits, int64_t n_rows, int64_t vocab, int32_t top_k, float top_p, float min_p,
                        float temperature, float* probs);
@@ -125,16 +137,16 @@ struct ss_block_draft {
     float* q;                     // [n_slots, n_draft, vocab], written for the sampled slots
 };
 int32_t ss_block_draft_forward(const ss_model* m, const ss_block_draft* d);
-// A hidden-state draft head's greedy chain (EAGLE-3, MTP). m holds the head's decoder layers, its final
+// A hidden-state draft head's draft chain (EAGLE-3, MTP). m holds the head's decoder layers, its final
 // norm, its lm_head (vocab = the head's output rows) and the embedding the tokens are looked up in.
 // Each row combines parts = [embed_norm(embed(token)), hidden_norm(hidden)] (hidden first when
 // hidden_first; the embedding is zeroed at position 0 when zero_embed_at_pos0); with proj set (MTP) the
 // residual stream starts at proj(parts) and every layer runs as usual; without (EAGLE-3) layer 0 reads
 // parts and its residual is the hidden row (its normed form when residual_normed). An output row gives
 // the draft argmax(head(final_norm(x))), mapped through id_map when set, and feeds back x, or the normed
-// row when feed_normed. The first step is the given rows (output rows: one per slot, in slot order);
-// then n_more steps feed every slot's last draft and hidden row at the next position. drafts
-// [n_out, 1 + n_more].
+// row when feed_normed (the draft is picked by `pick`, null: argmax). The first step is the given rows
+// (output rows: one per slot, in slot order); then n_more steps feed every slot's last draft and hidden
+// row at the next position. drafts [n_out, 1 + n_more].
 struct ss_head_chain {
     int64_t n_rows;
     const int64_t* tokens;        // [n_rows]
@@ -148,7 +160,8 @@ struct ss_head_chain {
     const int64_t* id_map;        // [vocab] or null
     int32_t hidden_first, zero_embed_at_pos0, residual_normed, feed_normed;
 };
-int32_t ss_head_greedy_chain(const ss_model* m, const ss_head_chain* h, int64_t n_more, int64_t* drafts);
+int32_t ss_head_draft_chain(const ss_model* m, const ss_head_chain* h, int64_t n_more, const ss_chain_pick* pick,
+                            int64_t* drafts);
 }
 
 namespace ss {
@@ -164,4 +177,6 @@ void layer_forward(const ss_model& m, int layer, float* x, int64_t n, const floa
 void embed_rows(const ss_model& m, const int64_t* tokens, int64_t n, float* x);
 void dense_softmax(const float* x, int64_t vocab, float temperature, float* probs);
 int64_t draw_row(const float* p, int64_t vocab, double u);
+int64_t pick_draft(const ss_chain_pick* p, int64_t slot, int64_t step, const float* logits, int64_t vocab,
+                   const int64_t* id_map);
 }
