@@ -70,11 +70,34 @@ def test_drafting_stops_when_it_cannot_pay_for_itself():
     monkey = sched._drafting_pays
     sched._drafting_pays = lambda *a: calls.append(1) or monkey(*a)
     [sched.drafting_slots(slots, caps) for _ in range(3 * DECIDE_EVERY)]
-    assert calls == [] and sched.drafting_slots(slots[:3], caps[:3]) == [] and calls == [1]
+    assert calls == [] and sched.drafting_slots(slots[:3], caps[:3]) == [] and calls
     sched._drafting_pays = monkey
     sched.draft_seconds[4] = 0.0001                                  # drafting pays again: soon every step drafts
     sched.observe(0, 3, 3)
     assert all(d == slots for d in [sched.drafting_slots(slots, caps) for _ in range(40)][DECIDE_EVERY:])
+
+
+def test_a_close_no_explores_with_a_burst_of_drafts(monkeypatch):
+    """Whether to draft at all is decided on the long-run rate over all slots; when drafting does not
+    pay at that rate but would at an optimistic one (one standard deviation up), each exploration is
+    followed by FOLLOW_UPS more drafts of its slot, so a close "no" gets a fair chance to flip."""
+    sched = AcceptanceScheduler(1, 8, StepCostTable([1, 64], [0.01, 0.02]))
+    monkeypatch.setattr(sched, "_drafting_pays", lambda slots, caps, rate: rate > 0.55)
+    assert sched.drafting_slots([0], [8]) == [0]
+    sched.note_draft_time(0.001, 1)
+    for _ in range(FOLLOW_UPS):
+        sched.drafting_slots([0], [8])
+        sched.note_draft_time(0.001, 1)
+    for _ in range(12):
+        sched.observe(0, 8, 1)          # 1 of 2 reached tokens accepted: a rate of 0.5, a close call
+    assert sched.long_run_rate() < 0.55 < sched.long_run_rate(optimistic=True)
+    drafted = []
+    for step in range(60):
+        if sched.drafting_slots([0], [8]):
+            drafted.append(step)
+            sched.note_draft_time(0.001, 1)
+    bursts = [b - a for a, b in zip(drafted, drafted[1:])]
+    assert drafted and bursts[:FOLLOW_UPS] == [1] * FOLLOW_UPS
 
 
 def test_the_draft_time_comes_from_calls_without_a_catch_up():

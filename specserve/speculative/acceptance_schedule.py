@@ -20,7 +20,11 @@ when its drafts start to match again.
 
 When even the best admissible drafts would not pay for the draft call itself (a model
 drafter at high concurrency), the step does not draft at all (`drafting_slots`), except for
-exploring steps at growing intervals, which keep the estimates and the draft time current. The
+exploring steps at growing intervals, which keep the estimates and the draft time current. That
+decision uses a longer history pooled over all slots (LONG_DECAY): a slot's own rate follows its last
+few drafts, and a few rejected drafts in a row would otherwise stop a drafter that pays. When the
+answer is a close "no" (drafting would pay at the rate plus one standard deviation), each exploration
+drafts FOLLOW_UPS more times, so the estimate can recover. The
 first draft and every exploring step draft for ONE slot, the one that drafted longest ago: a drafter catches up on
 everything its slot produced since it last drafted, and a request that ends before its slot is
 explored again never costs that catch-up. After the first draft, that slot drafts again at the next
@@ -40,6 +44,7 @@ from .step_cost import StepCostTable
 PRIOR = 0.5          # acceptance chance assumed before any observation ...
 PRIOR_WEIGHT = 2.0   # ... worth this many observations
 DECAY = 0.9          # weight kept by older observations at each verification of the slot
+LONG_DECAY = 0.98    # ... and by the long-run count over all slots that decides whether to draft at all
 EXPLORE_EVERY = 8    # while drafting does not pay, still draft after this many steps (fresh estimates),
 EXPLORE_MAX = 128    # ... the gap doubling up to this while it keeps not paying
 FOLLOW_UPS = 4       # steady draft calls of the first drafting slot right after its first draft (evidence)
@@ -54,6 +59,7 @@ class AcceptanceScheduler:
         # every draft token before it was accepted); row n_slots pools all slots for new requests
         self.accepted = np.zeros(n_slots + 1)
         self.tried = np.zeros(n_slots + 1)
+        self.long_run = np.zeros(2)                          # decayed (accepted, tried) over all slots
         self.draft_seconds: dict[int, float] = {}            # drafting slots -> running mean of a draft call
         self.other_seconds = 0.0                             # running mean of the rest of a step
         self.last_drafted = np.full(n_slots, -1)             # decision number of each slot's last draft
@@ -65,6 +71,7 @@ class AcceptanceScheduler:
         self.follow_ups_left = 0                             # ... this many more times
         self.caught_up_only: set[int] = set()                # slot counts timed on catch-up calls only
         self.last_decision: bool | None = None              # None: not worked out yet
+        self.could_pay = True                                # would drafting pay at an optimistic rate?
         self.decided_for = (0, 0)                            # (slots, observations) it was worked out for
         self.n_observed = 0
 
@@ -144,14 +151,16 @@ class AcceptanceScheduler:
         elif self.last_decision is False and self.n_decisions >= self.next_explore:
             self.next_explore = self.n_decisions + self.explore_gap
             self.explore_gap = min(2 * self.explore_gap, EXPLORE_MAX)
-            chosen = self._catch_up_one(slots, int(1 in self.caught_up_only))
+            chosen = self._catch_up_one(slots, FOLLOW_UPS if self.could_pay else int(1 in self.caught_up_only))
         elif (self.last_decision is not None and self.decided_for[0] == len(slots)
               and (self.n_decisions % DECIDE_EVERY or self.decided_for[1] == self.n_observed)):
             chosen = chosen if self.last_decision else []       # nothing new to decide on
         else:
             self.decided_for = (len(slots), self.n_observed)
             was = self.last_decision
-            self.last_decision = self._drafting_pays(slots, caps)
+            self.last_decision = bool(self._drafting_pays(slots, caps, self.long_run_rate()))
+            self.could_pay = self.last_decision or bool(self._drafting_pays(slots, caps,
+                                                                            self.long_run_rate(optimistic=True)))
             if self.last_decision:
                 self.explore_gap = EXPLORE_EVERY
             else:
@@ -168,9 +177,17 @@ class AcceptanceScheduler:
         self.catch_up = (slots[i] if follow_ups else None, follow_ups)
         return [i]
 
-    def _drafting_pays(self, slots: list[int], caps: list[int]) -> bool:
+    def long_run_rate(self, optimistic: bool = False) -> float:
+        """rate() over all slots and a longer history: whether to draft at all should not flip on a few
+        drafts. Optimistic: plus one standard deviation of its Beta posterior."""
+        a = self.long_run[0] + PRIOR * PRIOR_WEIGHT
+        b = self.long_run[1] - self.long_run[0] + (1.0 - PRIOR) * PRIOR_WEIGHT
+        mean = float(a / (a + b))
+        return min(1.0, mean + float(np.sqrt(a * b / ((a + b) ** 2 * (a + b + 1.0))))) if optimistic else mean
+
+    def _drafting_pays(self, slots: list[int], caps: list[int], rate: float) -> bool:
         n = min(max(caps), self.n_positions)
-        rates = np.asarray([self.rate(s) for s in slots])
+        rates = np.full(len(slots), rate)
         confidence = np.repeat(rates[:, None], n, axis=1)
         n_rows = len(slots)
         kept = schedule_prefix_lengths(confidence, self._rate_for(n_rows), np.minimum(caps, n))
@@ -210,3 +227,4 @@ class AcceptanceScheduler:
         for row in (slot, len(self.accepted) - 1):
             self.accepted[row] = DECAY * self.accepted[row] + accepted
             self.tried[row] = DECAY * self.tried[row] + tried
+        self.long_run = LONG_DECAY * self.long_run + (accepted, tried)
