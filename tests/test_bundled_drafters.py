@@ -66,3 +66,19 @@ def test_block_drafter_cards_record_training_and_held_out_acceptance():
     assert dflash["train_tokens"] == dspark["train_tokens"]
     for tau in ("tau_greedy", "tau_prob"):
         assert dspark["eval"][tau] >= 1.15 * dflash["eval"][tau], tau
+
+
+@pytest.mark.parametrize("spec_type", ["draft-simple", "draft-eagle3", "draft-mtp"])
+def test_chain_drafter_cards_record_training_and_served_acceptance(spec_type):
+    """Each chain drafter's record and card give its training (command, data, steps, minutes) and the
+    acceptance per draft position measured by serving it on held-out prompts at T=0 and at T=1."""
+    folder, n_max = STDLIB_CODER_DRAFTERS[spec_type]
+    summary = json.loads((folder / "training_summary.json").read_text())
+    assert summary["steps"] > 0 and summary["minutes"] > 0
+    for key, temperature in (("acceptance", 0), ("acceptance_t1", 1)):
+        record = summary[key]
+        assert record["temperature"] == temperature and record["n_max"] == n_max
+        assert len(record["acceptance_per_position"]) == n_max and record["tau"] > 1.0
+    card = (folder / "README.md").read_text()
+    for needed in ("specserve train-draft", "held out", "steps", "minutes", "| T=0 |", "| T=1 (drafts sampled"):
+        assert needed in card, needed
