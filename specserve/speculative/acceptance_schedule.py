@@ -20,18 +20,11 @@ when its drafts start to match again.
 
 When even the best admissible drafts would not pay for the draft call itself (a model
 drafter at high concurrency), the step does not draft at all (`drafting_slots`), except for
-exploring steps at growing intervals, which keep the estimates and the draft time current. That
-decision uses a longer history pooled over all slots (LONG_DECAY): a slot's own rate follows its last
-few drafts, and a few rejected drafts in a row would otherwise stop a drafter that pays. When the
-answer is a close "no" (drafting would pay at the rate plus one standard deviation), each exploration
-drafts FOLLOW_UPS more times, so the estimate can recover. The
+exploring steps at growing intervals, which keep the estimates and the draft time current. The
 first draft and every exploring step draft for ONE slot, the one that drafted longest ago: a drafter catches up on
 everything its slot produced since it last drafted, and a request that ends before its slot is
-explored again never costs that catch-up. After the first draft, that slot drafts again at the next
-FOLLOW_UPS steps: calls with nothing to catch up on, which time the steady draft call and add
-observations, so the first "no" does not rest on one draft (an exploring call gets one such follow-up
-while the draft time is still known from catch-ups only). The draft time is estimated per number
-of drafting slots (a count not measured yet is priced linearly from a smaller one, which overestimates it).
+explored again never costs that catch-up. The draft time is estimated per number of drafting
+slots (a count not measured yet is priced linearly from a smaller one, which overestimates it).
 """
 from __future__ import annotations
 
@@ -44,10 +37,8 @@ from .step_cost import StepCostTable
 PRIOR = 0.5          # acceptance chance assumed before any observation ...
 PRIOR_WEIGHT = 2.0   # ... worth this many observations
 DECAY = 0.9          # weight kept by older observations at each verification of the slot
-LONG_DECAY = 0.98    # ... and by the long-run count over all slots that decides whether to draft at all
 EXPLORE_EVERY = 8    # while drafting does not pay, still draft after this many steps (fresh estimates),
 EXPLORE_MAX = 128    # ... the gap doubling up to this while it keeps not paying
-FOLLOW_UPS = 4       # steady draft calls of the first drafting slot right after its first draft (evidence)
 DECIDE_EVERY = 4     # the draft-or-not decision is re-evaluated every this many steps (estimates move slowly)
 
 
@@ -59,19 +50,13 @@ class AcceptanceScheduler:
         # every draft token before it was accepted); row n_slots pools all slots for new requests
         self.accepted = np.zeros(n_slots + 1)
         self.tried = np.zeros(n_slots + 1)
-        self.long_run = np.zeros(2)                          # decayed (accepted, tried) over all slots
         self.draft_seconds: dict[int, float] = {}            # drafting slots -> running mean of a draft call
         self.other_seconds = 0.0                             # running mean of the rest of a step
         self.last_drafted = np.full(n_slots, -1)             # decision number of each slot's last draft
         self.n_decisions = 0
         self.explore_gap = EXPLORE_EVERY
         self.next_explore = 0
-        self.catch_up: tuple | None = None                   # (slot, follow-ups) of a catch-up call timed next
-        self.follow_up: int | None = None                    # slot that drafts again right after its catch-up ...
-        self.follow_ups_left = 0                             # ... this many more times
-        self.caught_up_only: set[int] = set()                # slot counts timed on catch-up calls only
         self.last_decision: bool | None = None              # None: not worked out yet
-        self.could_pay = True                                # would drafting pay at an optimistic rate?
         self.decided_for = (0, 0)                            # (slots, observations) it was worked out for
         self.n_observed = 0
 
@@ -88,20 +73,12 @@ class AcceptanceScheduler:
 
     def note_draft_time(self, seconds: float, n_slots: int) -> None:
         """Running estimate of a steady-state draft call for n_slots slots. A call that catches a
-        drafter up on many tokens (the first and every exploring call) is slow once and says little
-        about the next ones: it sets the draft time only until a call with nothing to catch up on is
-        timed (a follow-up). Of the other calls, slower ones move the estimate little and much slower
-        ones not at all; faster ones move it quickly."""
+        drafter up on many tokens (the first after a prompt, or after steps without drafting) is slow
+        once and says little about the next ones, so slower calls move the estimate little and much
+        slower ones not at all; faster calls move it quickly."""
         known = self.draft_seconds.get(n_slots, 0.0)
-        catch_up, self.catch_up = self.catch_up, None
-        if catch_up is not None:        # it drafted: its slot's follow-ups come next
-            self.follow_up, self.follow_ups_left = catch_up
-            if known == 0:
-                self.draft_seconds[n_slots] = seconds
-                self.caught_up_only.add(n_slots)
-        elif known == 0 or n_slots in self.caught_up_only:
+        if known == 0:
             self.draft_seconds[n_slots] = seconds
-            self.caught_up_only.discard(n_slots)
         elif seconds < known:
             self.draft_seconds[n_slots] = 0.5 * known + 0.5 * seconds
         elif seconds < 3 * known:
@@ -138,29 +115,20 @@ class AcceptanceScheduler:
         again when the number of slots changes, and every DECIDE_EVERY steps when there are new
         observations; in between it is reused."""
         self.n_decisions += 1
-        self.catch_up = None
         chosen = list(range(len(slots)))
-        follow_up, self.follow_up = self.follow_up, None
-        if follow_up in slots and self.last_decision is not True:      # steady calls after a catch-up
-            chosen = [slots.index(follow_up)]
-            self.follow_ups_left -= 1
-            if self.follow_ups_left > 0:
-                self.follow_up = follow_up
-        elif not self.draft_seconds:            # the first draft measures a call for one slot
-            chosen = self._catch_up_one(slots, FOLLOW_UPS)
+        if not self.draft_seconds:              # the first draft measures a call for one slot
+            chosen = [int(np.argmin(self.last_drafted[slots]))]
         elif self.last_decision is False and self.n_decisions >= self.next_explore:
             self.next_explore = self.n_decisions + self.explore_gap
             self.explore_gap = min(2 * self.explore_gap, EXPLORE_MAX)
-            chosen = self._catch_up_one(slots, FOLLOW_UPS if self.could_pay else int(1 in self.caught_up_only))
+            chosen = [int(np.argmin(self.last_drafted[slots]))]
         elif (self.last_decision is not None and self.decided_for[0] == len(slots)
               and (self.n_decisions % DECIDE_EVERY or self.decided_for[1] == self.n_observed)):
             chosen = chosen if self.last_decision else []       # nothing new to decide on
         else:
             self.decided_for = (len(slots), self.n_observed)
             was = self.last_decision
-            self.last_decision = bool(self._drafting_pays(slots, caps, self.long_run_rate()))
-            self.could_pay = self.last_decision or bool(self._drafting_pays(slots, caps,
-                                                                            self.long_run_rate(optimistic=True)))
+            self.last_decision = self._drafting_pays(slots, caps)
             if self.last_decision:
                 self.explore_gap = EXPLORE_EVERY
             else:
@@ -171,23 +139,9 @@ class AcceptanceScheduler:
             self.last_drafted[slots[i]] = self.n_decisions
         return chosen
 
-    def _catch_up_one(self, slots: list[int], follow_ups: int) -> list[int]:
-        """Draft for the slot that drafted longest ago, then, if it drafted, `follow_ups` times more."""
-        i = int(np.argmin(self.last_drafted[slots]))
-        self.catch_up = (slots[i] if follow_ups else None, follow_ups)
-        return [i]
-
-    def long_run_rate(self, optimistic: bool = False) -> float:
-        """rate() over all slots and a longer history: whether to draft at all should not flip on a few
-        drafts. Optimistic: plus one standard deviation of its Beta posterior."""
-        a = self.long_run[0] + PRIOR * PRIOR_WEIGHT
-        b = self.long_run[1] - self.long_run[0] + (1.0 - PRIOR) * PRIOR_WEIGHT
-        mean = float(a / (a + b))
-        return min(1.0, mean + float(np.sqrt(a * b / ((a + b) ** 2 * (a + b + 1.0))))) if optimistic else mean
-
-    def _drafting_pays(self, slots: list[int], caps: list[int], rate: float) -> bool:
+    def _drafting_pays(self, slots: list[int], caps: list[int]) -> bool:
         n = min(max(caps), self.n_positions)
-        rates = np.full(len(slots), rate)
+        rates = np.asarray([self.rate(s) for s in slots])
         confidence = np.repeat(rates[:, None], n, axis=1)
         n_rows = len(slots)
         kept = schedule_prefix_lengths(confidence, self._rate_for(n_rows), np.minimum(caps, n))
@@ -227,4 +181,3 @@ class AcceptanceScheduler:
         for row in (slot, len(self.accepted) - 1):
             self.accepted[row] = DECAY * self.accepted[row] + accepted
             self.tried[row] = DECAY * self.tried[row] + tried
-        self.long_run = LONG_DECAY * self.long_run + (accepted, tried)
