@@ -8,6 +8,8 @@ torch thread by default), which other jobs on a shared machine do not distort; t
 wall-clock decode rate. The drafters are the ones shipped for the bundled model
 (specserve.bundled.STDLIB_CODER_DRAFTERS); a type without one is skipped with a note. At T=1 the model drafters also run
 with `--spec-draft-sample` (drafts sampled from q, verified by rejection sampling).
+Every (prompt set, temperature) cell, and every repeat of it, runs on a new engine, so methods that learn
+across requests (ngram-mod, ngram-cache) never meet a set they have already seen.
 Single stream (one slot, requests one after another) unless `-np N` batches each prompt set over N
 slots; `--schedule` adds --spec-schedule; `--methods` picks spec types. Prints the table, writes JSON and the
 Markdown table the documentation links (docs/results/method_table.md; see benchmarks/results_table.py).
@@ -135,19 +137,26 @@ def main() -> None:
     results, t_start = [], time.perf_counter()
     baseline: dict[tuple, dict] = {}
     for label, spec_type, folder, extra, config_temps in configs:
-        try:
-            n_max = args.block_n_max if spec_type in BLOCK_DRAFTERS else args.n_max
+        n_max = args.block_n_max if spec_type in BLOCK_DRAFTERS else args.n_max
+
+        def fresh_engine():
+            """Each run on a new engine: methods that learn across requests (ngram-mod, ngram-cache) must
+            not meet a prompt set, or a repeat, they have already seen."""
             llm = LLM(target, draft_model=folder, spec_type=spec_type, spec_draft_n_max=n_max,
                       n_parallel=args.parallel, **extra)
+            llm.generate(llm.tokenizer.encode(PROMPT_SETS[sets[0]][0]), SamplingParams(temperature=0, max_tokens=8))
+            return llm
+
+        try:
+            llm = fresh_engine()
         except SpecServeError as exc:
             skipped.append((label, str(exc)))
             continue
         prompts = {name: [llm.tokenizer.encode(p) for p in PROMPT_SETS[name]] for name in sets}
-        llm.generate(prompts[sets[0]][0], SamplingParams(temperature=0, max_tokens=8))       # warm-up
         for temp in [t for t in temps if t in config_temps]:
             for name in sets:
-                r = min((run_set(llm, prompts[name], temp, args.n_tokens, args.parallel) for _ in range(args.repeats)),
-                        key=lambda x: x["cpu_s"])
+                r = min((run_set(fresh_engine(), prompts[name], temp, args.n_tokens, args.parallel)
+                         for _ in range(args.repeats)), key=lambda x: x["cpu_s"])
                 token_ids = r.pop("token_ids")
                 if spec_type == "none":
                     baseline[(name, temp)] = {"cpu_s": r["cpu_s"], "token_ids": token_ids}
