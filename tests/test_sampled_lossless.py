@@ -82,3 +82,12 @@ def test_native_rejection_call_follows_the_rule_with_the_generators_uniforms():
         out = native_sampling.verify_rejection(draft, p, q, gen)
         uniforms = torch.rand(k + 1, generator=torch.Generator().set_state(state), dtype=torch.float64)
         assert out == _rule(draft, p, q, uniforms.tolist())
+
+
+@pytest.mark.skipif(kernels.requested() == "torch", reason="SPECSERVE_KERNELS=torch")
+def test_a_malformed_draft_is_an_error_not_a_read_past_its_q():
+    p = torch.softmax(torch.randn(3, 40), -1)
+    for draft, q in (([5, 6], torch.full((2, 3), 1 / 3)), ([45, 1], torch.full((2, 40), 1 / 40)),
+                     ([1, 2, 3], torch.full((3, 40), 1 / 40))):
+        with pytest.raises(ValueError, match="does not fit"):
+            native_sampling.verify_rejection(draft, p, q, torch.Generator().manual_seed(0))

@@ -37,6 +37,11 @@ def verify_rejection(draft: list[int], probs: torch.Tensor, q_probs: torch.Tenso
     k = len(draft)
     p = probs.float().contiguous()
     q = q_probs[:k].float().contiguous()
+    vocab = p.shape[-1]
+    # the kernel indexes rows by the vocabulary: a malformed draft must fail here, not read past q
+    if p.dim() != 2 or p.shape[0] < k + 1 or q.shape != (k, vocab) or any(not 0 <= t < vocab for t in draft):
+        raise ValueError(f"draft of {k} tokens with q {tuple(q_probs.shape)} does not fit the target's "
+                         f"rows {tuple(p.shape)}")
     tokens = torch.tensor(draft, dtype=torch.int64)
     uniforms = torch.rand(k + 1, generator=generator, dtype=torch.float64)
     token = ctypes.c_int64()
