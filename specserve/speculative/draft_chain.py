@@ -17,11 +17,10 @@ to feed back with the next token.
 """
 from __future__ import annotations
 
+import ctypes
 from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import Callable
-
-import ctypes
 
 import numpy as np
 import torch
@@ -100,7 +99,7 @@ class ChainPick:
 
     def __init__(self, requests: list[DraftRequest], caps: list[int], vocab_size: int):
         n_steps, k = max(caps), min(TOP_K, vocab_size)
-        self.vocab_size, self.k = vocab_size, k
+        self.vocab_size = vocab_size
         self.sampled = [r.temperature > 0 for r in requests]
         self.temperature = torch.tensor([r.temperature if on else 0.0 for r, on in zip(requests, self.sampled)])
         self.uniforms = torch.zeros(len(requests), n_steps, dtype=torch.float64)
