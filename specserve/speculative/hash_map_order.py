@@ -51,15 +51,7 @@ def iteration_order(keys, hash_fn=int_hash) -> list:
         if count + 1 > n_buckets:
             n_buckets = GROWTH[GROWTH.index(n_buckets) + 1] if n_buckets else GROWTH[0]
             nxt, before = _relink(nxt, n_buckets, hashes)
-        b = hashes[key] % n_buckets
-        if b in before:
-            prev = before[b]
-            nxt[key], nxt[prev] = nxt[prev], key
-        else:
-            nxt[key], nxt[_HEAD] = nxt[_HEAD], key
-            if nxt[key] is not _END:            # the old first node's bucket now starts after the new key
-                before[hashes[nxt[key]] % n_buckets] = key
-            before[b] = _HEAD
+        _link(nxt, before, key, hashes, n_buckets)
     order, node = [], nxt[_HEAD]
     while node is not _END:
         order.append(node)
@@ -67,23 +59,27 @@ def iteration_order(keys, hash_fn=int_hash) -> list:
     return order
 
 
+def _link(nxt: dict, before: dict, node, hashes: dict, n_buckets: int) -> None:
+    """Put node first in its bucket; a node of an empty bucket goes to the front of the whole list, and
+    the bucket of the node that was first now starts after it (libstdc++'s insert and rehash both)."""
+    b = hashes[node] % n_buckets
+    if b in before:
+        prev = before[b]
+        nxt[node], nxt[prev] = nxt[prev], node
+    else:
+        nxt[node], nxt[_HEAD] = nxt[_HEAD], node
+        if nxt[node] is not _END:
+            before[hashes[nxt[node]] % n_buckets] = node
+        before[b] = _HEAD
+
+
 def _relink(old: dict, n_buckets: int, hashes: dict) -> tuple[dict, dict]:
     """A rehash: every node, in the old list's order, into the new buckets."""
     nxt: dict = {_HEAD: _END}
     before: dict[int, object] = {}
-    first_bucket = 0
     node = old[_HEAD]
     while node is not _END:
         following = old[node]
-        b = hashes[node] % n_buckets
-        if b in before:
-            prev = before[b]
-            nxt[node], nxt[prev] = nxt[prev], node
-        else:
-            nxt[node], nxt[_HEAD] = nxt[_HEAD], node
-            before[b] = _HEAD
-            if nxt[node] is not _END:
-                before[first_bucket] = node
-            first_bucket = b
+        _link(nxt, before, node, hashes, n_buckets)
         node = following
     return nxt, before
