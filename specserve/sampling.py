@@ -134,6 +134,14 @@ def target_probs(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
     return torch.softmax(x / params.temperature, dim=-1)
 
 
+def draw_with_uniform(probs: torch.Tensor, u: float) -> int:
+    """The first token whose cumulative probability exceeds u * total: the native kernels' draw, for the
+    drafters' PyTorch paths that must pick what the kernels pick from the same uniform."""
+    cumulative = probs.double().cumsum(0)
+    index = int(torch.searchsorted(cumulative, u * cumulative[-1], right=True))
+    return min(index, int(probs.nonzero()[-1]))
+
+
 def sample_rows(probs: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
     """One token per row of probs [R, V]."""
     if on_native_kernels(probs):

@@ -138,7 +138,7 @@ def test_one_call_chain_drafts_what_the_step_loop_drafts(tiny_qwen3, near_draft,
     params = [SamplingParams(temperature=temperature, max_tokens=24, ignore_eos=True, seed=i) for i in range(len(PROMPTS))]
 
     def run(one_call: bool):
-        monkeypatch.setattr(DraftSimple, "_one_call", lambda self, requests: one_call)
+        monkeypatch.setattr(DraftSimple, "_one_call", lambda self: one_call)
         counters = []
         for n_parallel in (1, 3):
             llm = LLM(tiny_qwen3, spec_type="draft-simple", draft_model=near_draft, n_parallel=n_parallel,

@@ -41,7 +41,7 @@ def run_both_ways(monkeypatch, spec_type: str, target, draft=None, n_max: int = 
     for one_call in (True, False):
         calls = []
         original = HiddenChainProposer._chain_call
-        monkeypatch.setattr(HiddenChainProposer, "_one_call", lambda self, requests: one_call)
+        monkeypatch.setattr(HiddenChainProposer, "_one_call", lambda self: one_call)
         monkeypatch.setattr(HiddenChainProposer, "_chain_call",
                             lambda self, *a: calls.append(1) or original(self, *a))
         counters = []

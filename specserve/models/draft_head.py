@@ -33,7 +33,7 @@ class DraftHead(nn.Module):
         raise NotImplementedError
 
     def chain_parts(self) -> dict:
-        """What the native greedy chain reads besides the layers (kernels.h, ss_head_chain): the embedding,
+        """What the native draft chain reads besides the layers (kernels.h, ss_head_chain): the embedding,
         final norm and lm_head name, the norms of the two input parts, proj's name (or None) and flags."""
         raise NotImplementedError
 

@@ -27,8 +27,8 @@ import torch
 
 from ..kernels import capi
 from ..models.step_batch import StepBatch
+from ..sampling import draw_with_uniform
 from .base import Draft, DraftRequest
-from .markov_chain import draw
 
 TOP_K = 10
 # longest first-step segment per slot; longer catch-ups (a fresh prompt) are fed in chunks first
@@ -72,7 +72,8 @@ def pick_tokens(logits: torch.Tensor, requests: list[DraftRequest], settings: Si
         for i, req in enumerate(requests):
             if req.temperature > 0:
                 q_top = torch.softmax(values[i] / req.temperature, dim=-1)
-                chosen[i] = ids[i, draw(q_top, float(torch.rand(1, generator=req.generator, dtype=torch.float64)))]
+                u = float(torch.rand(1, generator=req.generator, dtype=torch.float64))
+                chosen[i] = ids[i, draw_with_uniform(q_top, u)]
                 q_rows[i] = torch.zeros(vocab_size).index_copy_(0, ids[i], q_top)
     return chosen.tolist(), probs[:, 0].tolist(), q_rows
 

@@ -64,11 +64,11 @@ class DraftSimple(Proposer):
 
     def draft(self, requests: list[DraftRequest]) -> dict[int, Draft]:
         first = [self._catch_up_rows(req) for req in requests]
-        if self._one_call(requests):
+        if self._one_call():
             return one_call_chain(requests, first, self._step, self.settings, self._chain_call, self.target_vocab)
         return run_chain(requests, first, self._step, self.settings, self.target_vocab)
 
-    def _one_call(self, requests: list[DraftRequest]) -> bool:
+    def _one_call(self) -> bool:
         """Whether the whole chain can run as one native call: no probability cut, the same vocabulary,
         and RoPE tables indexed by position."""
         model, settings = self.model, self.settings

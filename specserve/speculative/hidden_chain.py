@@ -167,11 +167,11 @@ class HiddenChainProposer(Proposer):
             st.fed = st.pending_pos + 1          # the seed row pairs the pending feature with id_last: final
         if not first:
             return {}
-        if self._one_call(requests):
+        if self._one_call():
             return one_call_chain(requests, first, self.head_step, self.settings, self._chain_call, self.target_vocab)
         return run_chain(requests, first, self.head_step, self.settings, self.target_vocab, self.id_map)
 
-    def _one_call(self, requests: list[DraftRequest]) -> bool:
+    def _one_call(self) -> bool:
         """Whether the chain can run as one native call: no probability cut, RoPE tables indexed by position."""
         return (self.head.native is not None and self.settings.p_min <= 0 and self.head.rope.rope_type != "dynamic")
 

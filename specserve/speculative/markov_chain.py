@@ -18,6 +18,8 @@ from dataclasses import dataclass
 
 import torch
 
+from ..sampling import draw_with_uniform
+
 
 
 @dataclass
@@ -42,13 +44,6 @@ def draft_uniforms(generators: list[torch.Generator | None], sampling: list[bool
                         for gen, on in zip(generators, sampling)])
 
 
-def draw(q: torch.Tensor, u: float) -> int:
-    """The first token whose cumulative probability exceeds u * total (the native kernels' draw)."""
-    cumulative = q.double().cumsum(0)
-    index = int(torch.searchsorted(cumulative, u * cumulative[-1], right=True))
-    return min(index, int(q.nonzero()[-1]))
-
-
 def run_block_chain(base_logits: torch.Tensor, anchors: torch.Tensor, markov_head=None,
                     temperatures: torch.Tensor | None = None, uniforms: torch.Tensor | None = None) -> BlockChain:
     """base_logits [S, n, V] float32; anchors [S]; temperatures [S] (<= 0: greedy); uniforms from draft_uniforms."""
@@ -60,7 +55,7 @@ def run_block_chain(base_logits: torch.Tensor, anchors: torch.Tensor, markov_hea
         tokens = logits_k.argmax(dim=-1)
         for s in sampled:
             q[s, k] = torch.softmax(logits_k[s] / float(temperatures[s]), dim=-1)
-            tokens[s] = draw(q[s, k], float(uniforms[s, k]))
+            tokens[s] = draw_with_uniform(q[s, k], float(uniforms[s, k]))
         return tokens
 
     if markov_head is None:         # DFlash: positions are independent
