@@ -121,12 +121,9 @@ def run(args) -> int:
         if getattr(args, name) is None:
             setattr(args, name, defaults[kind])
     check_options(args, block=kind == 0)
-    dp = DataParallel.from_environment()
-    try:
+    with DataParallel.from_environment() as dp:
         dp.check_batch(args.batch_size)
         return run_block_drafter(args, dp) if kind == 0 else run_chain_drafter(args, dp)
-    finally:
-        dp.close()
 
 
 def run_block_drafter(args, dp: DataParallel) -> int:

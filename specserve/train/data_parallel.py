@@ -105,9 +105,20 @@ class DataParallel:
         if self.distributed:
             dist.barrier()
 
-    def close(self) -> None:
+    def close(self, wait: bool = True) -> None:
+        """Leave the process group. With `wait`, every rank arrives before any tears it down: a rank that
+        destroyed the group while rank 0 was still writing files aborted now and then inside gloo
+        ("terminate called without an active exception"). After an error the others may never arrive."""
         if self.distributed and dist.is_initialized():
+            if wait:
+                dist.barrier()
             dist.destroy_process_group()
+
+    def __enter__(self) -> "DataParallel":
+        return self
+
+    def __exit__(self, error_type, *_) -> None:
+        self.close(wait=error_type is None)
 
 
 class _LossModule(torch.nn.Module):

@@ -236,17 +236,16 @@ def main(argv=None) -> int:
     parser.add_argument("--overwrite", action="store_true",
                         help="replace an existing --out file made with other settings (default: an error)")
     args = parser.parse_args(argv)
-    dp = DataParallel.from_environment()
     try:
-        samples = build_regen_dataset(args.target, args.out, n_parallel=args.parallel, n_samples=args.samples,
-                                      new_tokens=args.new_tokens, seed=args.seed, overwrite=args.overwrite, dp=dp,
-                                      sampled_fraction=args.sampled_fraction, sampled_temperature=args.temperature,
-                                      sampled_top_k=args.top_k, sampled_top_p=args.top_p)
+        with DataParallel.from_environment() as dp:
+            samples = build_regen_dataset(args.target, args.out, n_parallel=args.parallel, n_samples=args.samples,
+                                          new_tokens=args.new_tokens, seed=args.seed, overwrite=args.overwrite,
+                                          dp=dp, sampled_fraction=args.sampled_fraction,
+                                          sampled_temperature=args.temperature, sampled_top_k=args.top_k,
+                                          sampled_top_p=args.top_p)
     except SpecServeError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
-    finally:
-        dp.close()
     if dp.is_main:
         print(json.dumps(regen_metadata(args.out)))
         print(f"{len(samples)} samples written to {args.out}")
