@@ -180,7 +180,7 @@ class Engine:
         self.driver.process(TargetBatch(batch, out, {r.slot: r.state == State.PREFILL for r in active}))
         self._commit(work, out)
         if generating:
-            self.driver.step_done(time.perf_counter() - t_start)
+            self.driver.step_done(time.perf_counter() - t_start, batch.n_tokens)
 
     def _draft(self, generating: list[Request]) -> dict[int, Draft]:
         """Drafts for the generating slots, each capped by its context and max_tokens."""

@@ -20,11 +20,24 @@ when its drafts start to match again.
 
 When even the best admissible drafts would not pay for the draft call itself (a model
 drafter at high concurrency), the step does not draft at all (`drafting_slots`), except for
-exploring steps at growing intervals, which keep the estimates and the draft time current. The
-first draft and every exploring step draft for ONE slot, the one that drafted longest ago: a drafter catches up on
-everything its slot produced since it last drafted, and a request that ends before its slot is
-explored again never costs that catch-up. The draft time is estimated per number of drafting
-slots (a count not measured yet is priced linearly from a smaller one, which overestimates it).
+exploring steps, which keep the estimates current. An exploring step drafts for ONE slot, the one
+that drafted longest ago: a drafter catches up on everything its slot produced since it last
+drafted, and a request that ends before its slot is explored again never costs that catch-up.
+Explorations come at least EXPLORE_EVERY steps apart, and never before the steps since the last
+one took what it cost divided by EXPLORE_SHARE x upside, where the upside is what drafting would
+bring over plain decoding in a run of well predicted text (speedup at GOOD_RATE, less 1, at most
+1). Exploring is worth much where drafting could win much (one slot; acceptance comes in bursts:
+a loop the model falls into is drafted almost perfectly) and little where it could win little (a
+slow drafter at high concurrency); where it could not win at all, there is none.
+
+The draft time is measured per number of drafting slots, from steady calls only: a call in which
+every slot also drafted the step before (a call that first catches a slot up on its prompt or on
+skipped steps says little about the next ones). A slot count without a steady measurement is
+measured first when no larger count is: its first steps draft for every slot (the first catches
+up, the next MEASURE_CALLS are steady, and their verdicts give the slots' rates a start); between
+measured counts the time is interpolated. Batched drafting is
+cheap: a draft call for 4 slots costs 1.1-1.9x one for 1 slot on the bundled model, so a larger
+count has to be measured, not scaled from a smaller one.
 """
 from __future__ import annotations
 
@@ -36,10 +49,12 @@ from .step_cost import StepCostTable
 
 PRIOR = 0.5          # acceptance chance assumed before any observation ...
 PRIOR_WEIGHT = 2.0   # ... worth this many observations
-DECAY = 0.9          # weight kept by older observations at each verification of the slot
-EXPLORE_EVERY = 8    # while drafting does not pay, still draft after this many steps (fresh estimates),
-EXPLORE_MAX = 128    # ... the gap doubling up to this while it keeps not paying
+DECAY = 0.97         # weight kept by older observations at each verification of the slot
+EXPLORE_EVERY = 8    # while drafting does not pay, still draft after this many steps (fresh estimates), ...
+EXPLORE_SHARE = 0.1  # ... spending at most this share of the time times the upside (below) on exploring
+GOOD_RATE = 0.9      # the upside: the speedup drafting would bring at this rate (a well predicted run), less 1
 DECIDE_EVERY = 4     # the draft-or-not decision is re-evaluated every this many steps (estimates move slowly)
+MEASURE_CALLS = 2    # steady draft calls that measure a slot count (and give its slots' rates something to go on)
 
 
 class AcceptanceScheduler:
@@ -50,12 +65,18 @@ class AcceptanceScheduler:
         # every draft token before it was accepted); row n_slots pools all slots for new requests
         self.accepted = np.zeros(n_slots + 1)
         self.tried = np.zeros(n_slots + 1)
-        self.draft_seconds: dict[int, float] = {}            # drafting slots -> running mean of a draft call
+        self.draft_seconds: dict[int, float] = {}            # drafting slots -> running mean of a steady call
+        self.n_steady: dict[int, int] = {}                   # ... and how many calls it has seen
+        self.unsteady_seconds: dict[int, float] = {}         # ... the fastest catch-up call, until one is steady
         self.other_seconds = 0.0                             # running mean of the rest of a step
         self.last_drafted = np.full(n_slots, -1)             # decision number of each slot's last draft
         self.n_decisions = 0
-        self.explore_gap = EXPLORE_EVERY
+        self.steady = False                                  # this step's drafting slots all drafted the step before
         self.next_explore = 0
+        self.upside = 1.0                                    # speedup at GOOD_RATE, less 1 (worked out with "pays")
+        self.exploring = False                               # this step explores
+        self.elapsed = 0.0                                   # seconds of all steps noted
+        self.explore_ready_at = 0.0                          # ... before which no exploration starts
         self.last_decision: bool | None = None              # None: not worked out yet
         self.decided_for = (0, 0)                            # (slots, observations) it was worked out for
         self.n_observed = 0
@@ -65,62 +86,81 @@ class AcceptanceScheduler:
         positions a slot's drafts rarely reach would otherwise never be estimated."""
         return (self.accepted[slot] + PRIOR * PRIOR_WEIGHT) / (self.tried[slot] + PRIOR_WEIGHT)
 
+    def optimistic_rate(self, slot: int) -> float:
+        """The rate one standard error up: drafting is how the estimate learns, not drafting teaches
+        nothing, so a thin history should not stop it."""
+        r, n = self.rate(slot), self.tried[slot] + PRIOR_WEIGHT
+        return min(0.99, r + float(np.sqrt(r * (1 - r) / n)))
+
     def begin(self, slot: int) -> None:
         pooled = len(self.accepted) - 1
         scale = min(1.0, 4.0 / max(self.tried[pooled], 1e-9))       # start with the weight of ~4 tokens
         self.accepted[slot] = self.accepted[pooled] * scale
         self.tried[slot] = self.tried[pooled] * scale
+        self.last_drafted[slot] = -1            # its first draft catches up on the prompt
 
     def note_draft_time(self, seconds: float, n_slots: int) -> None:
-        """Running estimate of a steady-state draft call for n_slots slots. A call that catches a
-        drafter up on many tokens (the first after a prompt, or after steps without drafting) is slow
-        once and says little about the next ones, so slower calls move the estimate little and much
-        slower ones not at all; faster calls move it quickly."""
-        known = self.draft_seconds.get(n_slots, 0.0)
-        if known == 0:
-            self.draft_seconds[n_slots] = seconds
-        elif seconds < known:
-            self.draft_seconds[n_slots] = 0.5 * known + 0.5 * seconds
-        elif seconds < 3 * known:
-            self.draft_seconds[n_slots] = 0.9 * known + 0.1 * seconds
+        """A draft call for n_slots slots took `seconds`. Steady calls (self.steady) make a running mean;
+        a catch-up call only stands in, as an upper bound, while the count has no steady one."""
+        if self.steady:
+            known = self.draft_seconds.get(n_slots, seconds)
+            weight = 0.5 if seconds < known else 0.1        # the first calls run slow (cold caches), spikes happen
+            self.draft_seconds[n_slots] = (1 - weight) * known + weight * seconds
+            self.n_steady[n_slots] = self.n_steady.get(n_slots, 0) + 1
+        elif n_slots not in self.draft_seconds:
+            self.unsteady_seconds[n_slots] = min(seconds, self.unsteady_seconds.get(n_slots, seconds))
 
     def draft_time(self, n_slots: int) -> float:
-        """Estimated draft call for n_slots slots (0 before any was measured)."""
-        known = self.draft_seconds
+        """Estimated draft call for n_slots slots (0 before any was measured): the steady measurement,
+        else a catch-up call's, else between the nearest measured counts (a larger count costing at
+        least a smaller one's), else the nearest count's."""
+        known = {**self.unsteady_seconds, **self.draft_seconds}
         if not known or n_slots <= 0:
             return 0.0
         if n_slots in known:
             return known[n_slots]
         below = [k for k in known if k < n_slots]
-        if below:
-            k = max(below)
-            return known[k] * n_slots / k
-        return known[min(known)]
+        above = [k for k in known if k > n_slots]
+        if below and above:
+            lo, hi = max(below), min(above)
+            return known[lo] + (known[hi] - known[lo]) * (n_slots - lo) / (hi - lo)
+        return known[max(below)] if below else known[min(above)]
 
-    def note_step(self, seconds: float, rows: int, n_drafted: int) -> None:
-        """A whole engine step that verified `rows` rows, drafting for n_drafted slots, took `seconds`:
-        what the forward and the drafting do not explain (sampling, verification, streaming) is a
-        fixed cost per step."""
-        forward = 1.0 / self.cost_table.steps_per_second(rows)
-        other = max(0.0, seconds - forward - self.draft_time(n_drafted))
-        self.other_seconds = 0.9 * self.other_seconds + 0.1 * other
+    def note_step(self, seconds: float, rows: int, base_rows: int, draft_seconds: float,
+                  with_prompt: bool = False) -> None:
+        """A whole engine step took `seconds`: `rows` verified rows, `base_rows` of them the slots' own,
+        `draft_seconds` drafting. What the forward and the drafting do not explain (sampling,
+        verification, streaming) is a fixed cost per step, learnt from steps without prompt rows
+        (their forward is longer than the table's); what an exploring step cost beyond a plain one
+        spaces the next exploration."""
+        self.elapsed += seconds
+        plain = 1.0 / self.cost_table.steps_per_second(base_rows) + self.other_seconds
+        if not with_prompt:
+            other = max(0.0, seconds - 1.0 / self.cost_table.steps_per_second(rows) - draft_seconds)
+            weight = 0.2 if other < self.other_seconds else 0.02     # a finishing request is a spike, not a trend
+            self.other_seconds = (1 - weight) * self.other_seconds + weight * other
+        if self.exploring:
+            cost = draft_seconds if with_prompt else max(0.0, seconds - plain)
+            budget = EXPLORE_SHARE * min(self.upside, 1.0)
+            self.explore_ready_at = self.elapsed + cost / budget if budget > 0 else float("inf")
+            self.exploring = False
 
     def drafting_slots(self, slots: list[int], caps: list[int]) -> list[int]:
-        """Which of these slots draft this step (indices into `slots`): all of them while drafting is
-        expected to pay for the draft call itself (the expected tokens per second of a step that
-        drafts and verifies what `lengths` would keep at each slot's estimated rate, against a step
-        that only decodes); none while it is not, except that a step still drafts now and then for
-        the slot that drafted longest ago (after EXPLORE_EVERY steps, then twice as long each time up
-        to EXPLORE_MAX), so the estimates and the draft time stay measured. The answer is worked out
-        again when the number of slots changes, and every DECIDE_EVERY steps when there are new
-        observations; in between it is reused."""
+        """Which of these slots draft this step (indices into `slots`): all of them while this slot
+        count's draft call is not measured yet, or while drafting is expected to pay for the draft
+        call itself (the expected tokens per second of a step that drafts and verifies what `lengths`
+        would keep at each slot's estimated rate, against a step that only decodes); none while it
+        is not, except for exploring steps (module docstring). The answer is worked out again when
+        the number of slots changes, and every DECIDE_EVERY steps when there are new observations;
+        in between it is reused."""
         self.n_decisions += 1
         chosen = list(range(len(slots)))
-        if not self.draft_seconds:              # the first draft measures a call for one slot
-            chosen = [int(np.argmin(self.last_drafted[slots]))]
-        elif self.last_decision is False and self.n_decisions >= self.next_explore:
-            self.next_explore = self.n_decisions + self.explore_gap
-            self.explore_gap = min(2 * self.explore_gap, EXPLORE_MAX)
+        if not any(k >= len(slots) and n >= MEASURE_CALLS for k, n in self.n_steady.items()):
+            pass                                # measure calls for this many slots (fewer do not say)
+        elif (self.last_decision is False and self.upside > 0 and self.n_decisions >= self.next_explore
+              and self.elapsed >= self.explore_ready_at):
+            self.next_explore = self.n_decisions + EXPLORE_EVERY
+            self.exploring = True
             chosen = [int(np.argmin(self.last_drafted[slots]))]
         elif (self.last_decision is not None and self.decided_for[0] == len(slots)
               and (self.n_decisions % DECIDE_EVERY or self.decided_for[1] == self.n_observed)):
@@ -129,25 +169,33 @@ class AcceptanceScheduler:
             self.decided_for = (len(slots), self.n_observed)
             was = self.last_decision
             self.last_decision = self._drafting_pays(slots, caps)
-            if self.last_decision:
-                self.explore_gap = EXPLORE_EVERY
-            else:
+            if not self.last_decision:
                 if was is not False:            # drafting just stopped paying: explore after EXPLORE_EVERY steps
-                    self.next_explore = self.n_decisions + self.explore_gap
+                    self.next_explore = self.n_decisions + EXPLORE_EVERY
                 chosen = []
+        drafted = self.last_drafted[[slots[i] for i in chosen]]
+        self.steady = bool(chosen) and bool(np.all(drafted == self.n_decisions - 1))
         for i in chosen:
             self.last_drafted[slots[i]] = self.n_decisions
         return chosen
 
     def _drafting_pays(self, slots: list[int], caps: list[int]) -> bool:
+        """Whether drafting is expected to pay at the slots' (optimistic) rates; also prices what it
+        would bring in a run of well predicted text (GOOD_RATE), which sets the exploring budget."""
+        rates = np.asarray([self.optimistic_rate(s) for s in slots])
+        self.upside = max(0.0, self._speedup(np.full(len(slots), GOOD_RATE), [self.n_positions] * len(slots)) - 1.0)
+        return self._speedup(rates, caps) > 1.0
+
+    def _speedup(self, rates: np.ndarray, caps: list[int]) -> float:
+        """Expected tokens per second of a step that drafts (and verifies what `lengths` would keep at
+        these rates) over one that only decodes."""
         n = min(max(caps), self.n_positions)
-        rates = np.asarray([self.rate(s) for s in slots])
-        confidence = np.repeat(rates[:, None], n, axis=1)
-        n_rows = len(slots)
-        kept = schedule_prefix_lengths(confidence, self._rate_for(n_rows), np.minimum(caps, n))
+        n_rows = len(rates)
+        kept = schedule_prefix_lengths(np.repeat(rates[:, None], n, axis=1), self._rate_for(n_rows),
+                                       np.minimum(caps, n))
         gain = sum(float(np.sum(r ** np.arange(1, k + 1))) for r, k in zip(rates, kept))
         plain = n_rows / (1.0 / self.cost_table.steps_per_second(n_rows) + self.other_seconds)
-        return (n_rows + gain) * self.steps_per_second(n_rows + int(kept.sum()), n_rows) > plain
+        return (n_rows + gain) * self.steps_per_second(n_rows + int(kept.sum()), n_rows) / plain
 
     def steps_per_second(self, rows: int, n_drafting: int) -> float:
         """Whole engine steps per second at `rows` verified rows with n_drafting slots drafting."""

@@ -28,6 +28,7 @@ from ..models.block_drafter_format import LAYOUTS
 from ..option import Option, read_options
 from .base import Draft, DraftRequest, Proposer, ProposerContext, TargetBatch
 from .confidence_schedule import confident_prefix_lengths
+from .deferred_batches import DeferredBatches, KeptBatch
 from .draft_options import draft_settings
 from .markov_chain import BlockChain, draft_uniforms, run_block_chain
 from .row_range import RowRange
@@ -96,6 +97,7 @@ class DFlash(Proposer):
         self.drafter.quant = self.settings.quant_draft
         self.cache = self.drafter.new_cache(ctx.n_slots, ctx.max_ctx)
         self.slots = [_SlotContext() for _ in range(ctx.n_slots)]
+        self.deferred = DeferredBatches(ctx.n_slots, self._replay)
         self._check_confidence_options()
 
     def _check_confidence_options(self) -> None:
@@ -114,30 +116,34 @@ class DFlash(Proposer):
         pass
 
     def process(self, batch: TargetBatch) -> None:
-        segments = batch.step.segments
-        if not segments:
-            return
-        taps = tuple(batch.out.taps[layer] for layer in self.taps)
-        for seg in segments:
-            state = self.slots[seg.slot]
-            if seg.pos0 == 0:           # a new request in this slot
-                self._reset(seg.slot)
-                state = self.slots[seg.slot]
-            state.flush_tail()
-            rows = (seg.pos0, RowRange(taps, seg.start, seg.n_rows))
-            if batch.is_prompt.get(seg.slot, False):
-                state.pending.append(rows)
-            else:
-                state.tail, state.tail_kept = rows, 1
+        self.deferred.add(batch)
+
+    def _replay(self, kept: KeptBatch, seg, slot: int) -> None:
+        """One batch's rows of one slot (DeferredBatches): a prompt chunk is context, a verified step the tail."""
+        if kept.derived is None:
+            kept.derived = tuple(kept.batch.out.taps[layer] for layer in self.taps)
+        state = self.slots[slot]
+        if seg.pos0 == 0:           # a new request in this slot
+            self._reset(slot)
+            state = self.slots[slot]
+        state.flush_tail()
+        rows = (seg.pos0, RowRange(kept.derived, seg.start, seg.n_rows))
+        if kept.batch.is_prompt.get(slot, False):
+            state.pending.append(rows)
+        else:
+            state.tail, state.tail_kept = rows, 1
 
     def accept(self, slot: int, n_accepted: int, is_other: bool) -> None:
+        self.deferred.catch_up(slot)
         self.slots[slot].tail_kept = 1 + n_accepted
 
     def release(self, slot: int) -> None:
         self._reset(slot)
+        self.deferred.skip(slot)
 
     def _new_context(self, req: DraftRequest) -> list[tuple[int, RowRange]] | None:
         """The committed rows from the draft cache's length up to the anchor, or None if out of step."""
+        self.deferred.catch_up(req.slot)
         state = self.slots[req.slot]
         state.flush_tail()
         expected = self.cache.length(req.slot)

@@ -31,8 +31,9 @@ class SpecDriver:
         self.scheduler = scheduler
         self.n_drafted = [0] * n_slots                 # tokens of the slot's last verified draft
         self.unverified: dict[int, int] = {}           # slot -> first token of a draft the scheduler cut
-        self.rows_verified = 0                         # generating rows of the step being run
-        self.n_drafting = 0                            # slots that step drafted for
+        self.rows_verified = 0                         # rows the step being run verifies
+        self.rows_generating = 0                       # ... of which the generating slots' own
+        self.draft_seconds = 0.0                       # ... and its draft call took
         self.taps = tuple(sorted({t for p in proposers for t in p.taps}))
         self.needs_final_hidden = any(p.needs_final_hidden for p in proposers)
 
@@ -59,15 +60,14 @@ class SpecDriver:
 
     def draft(self, requests: list[DraftRequest]) -> dict[int, Draft]:
         self.unverified.clear()
-        n_rows = self.rows_verified = len(requests)
-        self.n_drafting = 0
+        n_rows = self.rows_verified = self.rows_generating = len(requests)
+        self.draft_seconds = 0.0
         if self.scheduler is not None and requests:
             # --spec-schedule: no drafting while it would cost more than it brings, but for one exploring slot
             chosen = self.scheduler.drafting_slots([r.slot for r in requests], [r.n_max for r in requests])
             requests = [requests[i] for i in chosen]
             if not requests:
                 return {}
-        self.n_drafting = len(requests)
         won: dict[int, tuple[Proposer, Draft]] = {}
         pending = list(requests)
         t_start = time.perf_counter()
@@ -87,9 +87,11 @@ class SpecDriver:
                     continue
                 won[req.slot] = (p, d.truncate(req.n_max) if req.n_max > 0 else d)
             pending = still
-        if self.scheduler is not None and won:
-            self.scheduler.note_draft_time(time.perf_counter() - t_start, len(requests))
-            self._schedule(won)
+        self.draft_seconds = time.perf_counter() - t_start
+        if self.scheduler is not None:
+            self.scheduler.note_draft_time(self.draft_seconds, len(requests))
+            if won:
+                self._schedule(won)
         results: dict[int, Draft] = {}
         self.rows_verified = n_rows + sum(len(d.tokens) for _, d in won.values())
         for slot, (p, d) in won.items():
@@ -113,10 +115,12 @@ class SpecDriver:
             else:
                 won[slot] = (p, d.truncate(n))
 
-    def step_done(self, seconds: float) -> None:
-        """The engine finished a step with generating slots (for --spec-schedule's cost of a step)."""
+    def step_done(self, seconds: float, rows: int) -> None:
+        """The engine finished a step with generating slots, a forward of `rows` rows (prompt chunks
+        included), for --spec-schedule's cost of a step."""
         if self.scheduler is not None:
-            self.scheduler.note_step(seconds, self.rows_verified, self.n_drafting)
+            self.scheduler.note_step(seconds, self.rows_verified, self.rows_generating, self.draft_seconds,
+                                     with_prompt=rows > self.rows_verified)
 
     def verified(self, slot: int, n_drafted: int, n_accepted: int, first_emitted: int) -> None:
         """A generating slot was verified: n_accepted of its n_drafted tokens were kept, and the target's

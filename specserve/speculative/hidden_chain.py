@@ -6,7 +6,8 @@ their own output hidden state (docs/reference/eagle3-mtp.md §1.6, §3.1;
 docs/reference/llamacpp-speculative.md §5.6, §5.7).
 
 Bookkeeping per slot, as llama.cpp does it:
-  * `process(batch)`: the rows of each slot's segment give features f[0..n-1]. Pairs
+  * `process(batch)`, replayed per slot when the slot next drafts or accepts
+    (deferred_batches.py): the rows of each slot's segment give features f[0..n-1]. Pairs
     (tok[k+1], f[k]) are complete and queued; the last row's token successor is not known
     yet, so (f[n-1], its position) becomes the *pending* row. A previous pending row is
     completed with the segment's first token.
@@ -25,6 +26,7 @@ import torch
 
 from ..models.step_batch import StepBatch
 from .base import Draft, DraftRequest, Proposer, ProposerContext, TargetBatch
+from .deferred_batches import DeferredBatches, KeptBatch
 from .draft_chain import ChainRows, one_call_chain, run_chain
 from .draft_options import draft_settings
 from .row_range import RowRange
@@ -92,6 +94,7 @@ class HiddenChainProposer(Proposer):
         super().__init__(ctx)
         self.settings = draft_settings(ctx.options)
         self.slots = [SlotRows() for _ in range(ctx.n_slots)]
+        self.deferred = DeferredBatches(ctx.n_slots, self._replay)
         self.target_vocab = ctx.target.config.vocab_size
 
     # subclasses -----------------------------------------------------------------
@@ -119,31 +122,36 @@ class HiddenChainProposer(Proposer):
 
     # Proposer -------------------------------------------------------------------
     def process(self, batch: TargetBatch) -> None:
-        feats = self.features(batch)
-        tokens = batch.step.tokens.numpy()
-        for seg in batch.step.segments:
-            st = self.slots[seg.slot]
-            if seg.pos0 == 0:
-                st.reset()
-                self.clear_cache(seg.slot)
-            if st.broken:
-                continue
-            toks = tokens[seg.start:seg.start + seg.n_rows]
-            rows = RowRange((feats,), seg.start, seg.n_rows)
-            try:
-                if st.pending is not None and st.pending_pos == seg.pos0 - 1:
-                    st.queue(toks[:1], st.pending, st.pending_pos)
-                if seg.n_rows > 1:
-                    st.queue(toks[1:], rows.part(0, seg.n_rows - 1), seg.pos0)
-            except RuntimeError:
-                log.exception("draft state of slot %d lost; it drafts again from its next request", seg.slot)
-                st.reset()
-                st.broken = True
-                continue
-            st.pending, st.pending_pos = rows.part(seg.n_rows - 1, 1), seg.pos0 + seg.n_rows - 1
-            st.verify_pos0, st.verify = seg.pos0, rows
+        self.deferred.add(batch)
+
+    def _replay(self, kept: KeptBatch, seg, slot: int) -> None:
+        """One batch's rows of one slot (DeferredBatches): queue the completed pairs, keep the pending row."""
+        st = self.slots[slot]
+        if seg.pos0 == 0:
+            st.reset()
+            self.clear_cache(slot)
+        if st.broken:
+            return
+        if kept.derived is None:
+            kept.derived = (self.features(kept.batch), kept.batch.step.tokens.numpy())
+        feats, tokens = kept.derived
+        toks = tokens[seg.start:seg.start + seg.n_rows]
+        rows = RowRange((feats,), seg.start, seg.n_rows)
+        try:
+            if st.pending is not None and st.pending_pos == seg.pos0 - 1:
+                st.queue(toks[:1], st.pending, st.pending_pos)
+            if seg.n_rows > 1:
+                st.queue(toks[1:], rows.part(0, seg.n_rows - 1), seg.pos0)
+        except RuntimeError:
+            log.exception("draft state of slot %d lost; it drafts again from its next request", slot)
+            st.reset()
+            st.broken = True
+            return
+        st.pending, st.pending_pos = rows.part(seg.n_rows - 1, 1), seg.pos0 + seg.n_rows - 1
+        st.verify_pos0, st.verify = seg.pos0, rows
 
     def accept(self, slot: int, n_accepted: int, is_other: bool) -> None:
+        self.deferred.catch_up(slot)
         st = self.slots[slot]
         if st.verify is None:
             return
@@ -154,6 +162,7 @@ class HiddenChainProposer(Proposer):
     def draft(self, requests: list[DraftRequest]) -> dict[int, Draft]:
         first = []
         for req in requests:
+            self.deferred.catch_up(req.slot)
             st = self.slots[req.slot]
             if st.broken or st.pending is None or st.pending_pos != req.pos0 - 1:
                 continue
@@ -181,6 +190,7 @@ class HiddenChainProposer(Proposer):
     def release(self, slot: int) -> None:
         self.slots[slot].reset()
         self.clear_cache(slot)
+        self.deferred.skip(slot)
 
     def max_draft(self) -> int:
         return self.settings.n_max

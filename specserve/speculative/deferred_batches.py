@@ -1,0 +1,65 @@
+"""Target batches a drafter keeps until a slot's context is needed, then replays slot by slot.
+
+A model drafter's per-step bookkeeping (which of the forward's rows extend each slot's context)
+costs tens of µs of Python per step. With --spec-schedule at high concurrency most steps do not
+draft, and a request often ends before its slot drafts again, so doing that work eagerly is
+mostly waste. `add` only appends the batch; `catch_up(slot)` replays the batches the slot has
+not seen, in order, before anything reads or changes the slot's state (a draft, an accept).
+Past LIMIT kept batches every slot is caught up, so memory stays bounded.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from .base import TargetBatch
+
+LIMIT = 256          # batches kept before every slot is caught up
+
+
+class KeptBatch:
+    """A kept target batch, its segments by slot, and what the drafter derived from it once for all
+    its slots (`derived`, e.g. EAGLE-3's concatenated taps)."""
+    __slots__ = ("batch", "by_slot", "derived")
+
+    def __init__(self, batch: TargetBatch):
+        self.batch = batch
+        self.by_slot = {seg.slot: seg for seg in batch.step.segments}
+        self.derived: Any = None
+
+
+class DeferredBatches:
+    def __init__(self, n_slots: int, replay: Callable[[KeptBatch, object, int], None]):
+        """`replay(kept, segment, slot)` applies one batch's segment of one slot."""
+        self.replay = replay
+        self.kept: list[KeptBatch] = []
+        self.base = 0                              # number of the first kept batch
+        self.next = [0] * n_slots                  # per slot: the number of the next batch to replay
+
+    def add(self, batch: TargetBatch) -> None:
+        if not batch.step.segments:
+            return
+        self.kept.append(KeptBatch(batch))
+        if len(self.kept) > LIMIT:
+            for slot in range(len(self.next)):
+                self.catch_up(slot)
+
+    def catch_up(self, slot: int) -> None:
+        end = self.base + len(self.kept)
+        for i in range(self.next[slot] - self.base, len(self.kept)):
+            kept = self.kept[i]
+            seg = kept.by_slot.get(slot)
+            if seg is not None:
+                self.replay(kept, seg, slot)
+        self.next[slot] = end
+        self._trim()
+
+    def skip(self, slot: int) -> None:
+        """The slot's state was reset (its request ended): it needs none of the kept batches."""
+        self.next[slot] = self.base + len(self.kept)
+        self._trim()
+
+    def _trim(self) -> None:
+        done = min(self.next) - self.base         # batches every slot has replayed
+        if done > 0:
+            del self.kept[:done]
+            self.base += done
