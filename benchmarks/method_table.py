@@ -72,6 +72,9 @@ def configurations(target: Path, methods: list[str] | None = None, schedule: boo
     return configs, skipped
 
 
+WARM_UP = "import os\nimport sys\n\n\ndef read_lines(path):\n    with open(path) as f:\n        return f.read()"
+
+
 def run_set(llm, prompts, temperature, n_tokens, parallel=1, seed=0):
     params = [SamplingParams(temperature=temperature, max_tokens=n_tokens, ignore_eos=True, seed=seed + i)
               for i in range(len(prompts))]
@@ -141,10 +144,13 @@ def main() -> None:
 
         def fresh_engine():
             """Each run on a new engine: methods that learn across requests (ngram-mod, ngram-cache) must
-            not meet a prompt set, or a repeat, they have already seen."""
+            not meet a prompt set, or a repeat, they have already seen. It is warmed up with one short
+            request per slot, all at once, so that first-call costs (buffers, and with --spec-schedule the
+            first timing of a draft call for that many slots) stay out of the measurement."""
             llm = LLM(target, draft_model=folder, spec_type=spec_type, spec_draft_n_max=n_max,
                       n_parallel=args.parallel, **extra)
-            llm.generate(llm.tokenizer.encode(PROMPT_SETS[sets[0]][0]), SamplingParams(temperature=0, max_tokens=8))
+            warm = [llm.tokenizer.encode(WARM_UP)[:8 + i] for i in range(args.parallel)]
+            llm.generate(warm, [SamplingParams(temperature=0, max_tokens=8)] * len(warm))
             return llm
 
         try:

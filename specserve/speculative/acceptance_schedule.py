@@ -21,8 +21,8 @@ when its drafts start to match again.
 When even the best admissible drafts would not pay for the draft call itself (a model
 drafter at high concurrency), the step does not draft at all (`drafting_slots`), except for
 exploring steps, which keep the estimates current. An exploring step drafts for ONE slot, the one
-that drafted longest ago: a drafter catches up on everything its slot produced since it last
-drafted, and a request that ends before its slot is explored again never costs that catch-up.
+that drafted last: a drafter catches up on everything its slot produced since it last drafted, so
+that slot has the least to catch up on (the rates of all slots start from what every slot saw).
 Explorations come at least EXPLORE_EVERY steps apart, and never before the steps since the last
 one took what it cost divided by EXPLORE_SHARE x upside, where the upside is what drafting would
 bring over plain decoding in a run of well predicted text (speedup at GOOD_RATE, less 1, at most
@@ -34,10 +34,9 @@ The draft time is measured per number of drafting slots, from steady calls only:
 every slot also drafted the step before (a call that first catches a slot up on its prompt or on
 skipped steps says little about the next ones). A slot count without a steady measurement is
 measured first when no larger count is: its first steps draft for every slot (the first catches
-up, the next MEASURE_CALLS are steady, and their verdicts give the slots' rates a start); between
-measured counts the time is interpolated. Batched drafting is
-cheap: a draft call for 4 slots costs 1.1-1.9x one for 1 slot on the bundled model, so a larger
-count has to be measured, not scaled from a smaller one.
+up, the next MEASURE_CALLS are steady); between measured counts the time is interpolated. Batched
+drafting is cheap: a draft call for 4 slots costs 1.1-1.9x one for 1 slot on the bundled model,
+so a larger count has to be measured, not scaled from a smaller one.
 """
 from __future__ import annotations
 
@@ -54,7 +53,7 @@ EXPLORE_EVERY = 8    # while drafting does not pay, still draft after this many 
 EXPLORE_SHARE = 0.1  # ... spending at most this share of the time times the upside (below) on exploring
 GOOD_RATE = 0.9      # the upside: the speedup drafting would bring at this rate (a well predicted run), less 1
 DECIDE_EVERY = 4     # the draft-or-not decision is re-evaluated every this many steps (estimates move slowly)
-MEASURE_CALLS = 2    # steady draft calls that measure a slot count (and give its slots' rates something to go on)
+MEASURE_CALLS = 1    # steady draft calls that measure a slot count
 
 
 class AcceptanceScheduler:
@@ -67,9 +66,10 @@ class AcceptanceScheduler:
         self.tried = np.zeros(n_slots + 1)
         self.draft_seconds: dict[int, float] = {}            # drafting slots -> running mean of a steady call
         self.n_steady: dict[int, int] = {}                   # ... and how many calls it has seen
+        self.measured_up_to = 0                              # the largest count with MEASURE_CALLS of them
         self.unsteady_seconds: dict[int, float] = {}         # ... the fastest catch-up call, until one is steady
         self.other_seconds = 0.0                             # running mean of the rest of a step
-        self.last_drafted = np.full(n_slots, -1)             # decision number of each slot's last draft
+        self.last_drafted = [-1] * n_slots                   # decision number of each slot's last draft
         self.n_decisions = 0
         self.steady = False                                  # this step's drafting slots all drafted the step before
         self.next_explore = 0
@@ -107,6 +107,8 @@ class AcceptanceScheduler:
             weight = 0.5 if seconds < known else 0.1        # the first calls run slow (cold caches), spikes happen
             self.draft_seconds[n_slots] = (1 - weight) * known + weight * seconds
             self.n_steady[n_slots] = self.n_steady.get(n_slots, 0) + 1
+            if self.n_steady[n_slots] >= MEASURE_CALLS:
+                self.measured_up_to = max(self.measured_up_to, n_slots)
         elif n_slots not in self.draft_seconds:
             self.unsteady_seconds[n_slots] = min(seconds, self.unsteady_seconds.get(n_slots, seconds))
 
@@ -134,12 +136,12 @@ class AcceptanceScheduler:
         (their forward is longer than the table's); what an exploring step cost beyond a plain one
         spaces the next exploration."""
         self.elapsed += seconds
-        plain = 1.0 / self.cost_table.steps_per_second(base_rows) + self.other_seconds
         if not with_prompt:
             other = max(0.0, seconds - 1.0 / self.cost_table.steps_per_second(rows) - draft_seconds)
             weight = 0.2 if other < self.other_seconds else 0.02     # a finishing request is a spike, not a trend
             self.other_seconds = (1 - weight) * self.other_seconds + weight * other
         if self.exploring:
+            plain = 1.0 / self.cost_table.steps_per_second(base_rows) + self.other_seconds
             cost = draft_seconds if with_prompt else max(0.0, seconds - plain)
             budget = EXPLORE_SHARE * min(self.upside, 1.0)
             self.explore_ready_at = self.elapsed + cost / budget if budget > 0 else float("inf")
@@ -155,13 +157,13 @@ class AcceptanceScheduler:
         in between it is reused."""
         self.n_decisions += 1
         chosen = list(range(len(slots)))
-        if not any(k >= len(slots) and n >= MEASURE_CALLS for k, n in self.n_steady.items()):
+        if len(slots) > self.measured_up_to:
             pass                                # measure calls for this many slots (fewer do not say)
         elif (self.last_decision is False and self.upside > 0 and self.n_decisions >= self.next_explore
               and self.elapsed >= self.explore_ready_at):
             self.next_explore = self.n_decisions + EXPLORE_EVERY
             self.exploring = True
-            chosen = [int(np.argmin(self.last_drafted[slots]))]
+            chosen = [max(range(len(slots)), key=lambda i: self.last_drafted[slots[i]])]
         elif (self.last_decision is not None and self.decided_for[0] == len(slots)
               and (self.n_decisions % DECIDE_EVERY or self.decided_for[1] == self.n_observed)):
             chosen = chosen if self.last_decision else []       # nothing new to decide on
@@ -173,8 +175,7 @@ class AcceptanceScheduler:
                 if was is not False:            # drafting just stopped paying: explore after EXPLORE_EVERY steps
                     self.next_explore = self.n_decisions + EXPLORE_EVERY
                 chosen = []
-        drafted = self.last_drafted[[slots[i] for i in chosen]]
-        self.steady = bool(chosen) and bool(np.all(drafted == self.n_decisions - 1))
+        self.steady = bool(chosen) and all(self.last_drafted[slots[i]] == self.n_decisions - 1 for i in chosen)
         for i in chosen:
             self.last_drafted[slots[i]] = self.n_decisions
         return chosen

@@ -17,13 +17,13 @@ LIMIT = 256          # batches kept before every slot is caught up
 
 
 class KeptBatch:
-    """A kept target batch, its segments by slot, and what the drafter derived from it once for all
-    its slots (`derived`, e.g. EAGLE-3's concatenated taps)."""
+    """A kept target batch, its segments by slot (built when first replayed), and what the drafter
+    derived from it once for all its slots (`derived`, e.g. EAGLE-3's concatenated taps)."""
     __slots__ = ("batch", "by_slot", "derived")
 
     def __init__(self, batch: TargetBatch):
         self.batch = batch
-        self.by_slot = {seg.slot: seg for seg in batch.step.segments}
+        self.by_slot: dict | None = None
         self.derived: Any = None
 
 
@@ -47,6 +47,8 @@ class DeferredBatches:
         end = self.base + len(self.kept)
         for i in range(self.next[slot] - self.base, len(self.kept)):
             kept = self.kept[i]
+            if kept.by_slot is None:
+                kept.by_slot = {seg.slot: seg for seg in kept.batch.step.segments}
             seg = kept.by_slot.get(slot)
             if seg is not None:
                 self.replay(kept, seg, slot)
