@@ -15,7 +15,7 @@ from support.prompts import DRAFTER_PROMPTS, PI, TWO
 from specserve import LLM, SamplingParams
 from specserve.models.step_batch import StepBatch, split_by_length
 from specserve.speculative import registry
-from specserve.speculative.acceptance_schedule import (DECIDE_EVERY, EXPLORE_EVERY, EXPLORE_SHARE, MEASURE_CALLS,
+from specserve.speculative.acceptance_schedule import (DECIDE_EVERY, EXPLORE_EVERY, EXPLORE_SHARE,
                                                        PRIOR, AcceptanceScheduler)
 from specserve.speculative.base import Draft
 from specserve.speculative.step_cost import StepCostTable
@@ -45,8 +45,8 @@ def test_scheduler_learns_each_slots_acceptance():
 
 
 def _measure(sched, slots, caps, seconds):
-    """The first steps at a new slot count draft for every slot until MEASURE_CALLS steady calls timed it."""
-    for _ in range(MEASURE_CALLS + 1):
+    """The first steps at a new slot count draft for every slot until a steady call (the second) timed it."""
+    for _ in range(2):
         assert sched.drafting_slots(slots, caps) == list(range(len(slots)))
         sched.note_draft_time(seconds, len(slots))
 

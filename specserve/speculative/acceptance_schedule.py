@@ -34,7 +34,7 @@ The draft time is measured per number of drafting slots, from steady calls only:
 every slot also drafted the step before (a call that first catches a slot up on its prompt or on
 skipped steps says little about the next ones). A slot count without a steady measurement is
 measured first when no larger count is: its first steps draft for every slot (the first catches
-up, the next MEASURE_CALLS are steady); between measured counts the time is interpolated. Batched
+up, the next is steady); between measured counts the time is interpolated. Batched
 drafting is cheap: a draft call for 4 slots costs 1.1-1.9x one for 1 slot on the bundled model,
 so a larger count has to be measured, not scaled from a smaller one.
 """
@@ -53,7 +53,6 @@ EXPLORE_EVERY = 8    # while drafting does not pay, still draft after this many 
 EXPLORE_SHARE = 0.1  # ... spending at most this share of the time times the upside (below) on exploring
 GOOD_RATE = 0.9      # the upside: the speedup drafting would bring at this rate (a well predicted run), less 1
 DECIDE_EVERY = 4     # the draft-or-not decision is re-evaluated every this many steps (estimates move slowly)
-MEASURE_CALLS = 1    # steady draft calls that measure a slot count
 
 
 class AcceptanceScheduler:
@@ -65,8 +64,7 @@ class AcceptanceScheduler:
         self.accepted = np.zeros(n_slots + 1)
         self.tried = np.zeros(n_slots + 1)
         self.draft_seconds: dict[int, float] = {}            # drafting slots -> running mean of a steady call
-        self.n_steady: dict[int, int] = {}                   # ... and how many calls it has seen
-        self.measured_up_to = 0                              # the largest count with MEASURE_CALLS of them
+        self.measured_up_to = 0                              # the largest count with a steady call
         self.unsteady_seconds: dict[int, float] = {}         # ... the fastest catch-up call, until one is steady
         self.other_seconds = 0.0                             # running mean of the rest of a step
         self.last_drafted = [-1] * n_slots                   # decision number of each slot's last draft
@@ -106,9 +104,7 @@ class AcceptanceScheduler:
             known = self.draft_seconds.get(n_slots, seconds)
             weight = 0.5 if seconds < known else 0.1        # the first calls run slow (cold caches), spikes happen
             self.draft_seconds[n_slots] = (1 - weight) * known + weight * seconds
-            self.n_steady[n_slots] = self.n_steady.get(n_slots, 0) + 1
-            if self.n_steady[n_slots] >= MEASURE_CALLS:
-                self.measured_up_to = max(self.measured_up_to, n_slots)
+            self.measured_up_to = max(self.measured_up_to, n_slots)
         elif n_slots not in self.draft_seconds:
             self.unsteady_seconds[n_slots] = min(seconds, self.unsteady_seconds.get(n_slots, seconds))
 
@@ -139,7 +135,7 @@ class AcceptanceScheduler:
         if not with_prompt:
             other = max(0.0, seconds - 1.0 / self.cost_table.steps_per_second(rows) - draft_seconds)
             weight = 0.2 if other < self.other_seconds else 0.02     # a finishing request is a spike, not a trend
-            self.other_seconds = (1 - weight) * self.other_seconds + weight * other
+            self.other_seconds = other if self.other_seconds == 0 else (1 - weight) * self.other_seconds + weight * other
         if self.exploring:
             plain = 1.0 / self.cost_table.steps_per_second(base_rows) + self.other_seconds
             cost = draft_seconds if with_prompt else max(0.0, seconds - plain)
