@@ -50,7 +50,7 @@ PRIOR = 0.5          # acceptance chance assumed before any observation ...
 PRIOR_WEIGHT = 2.0   # ... worth this many observations
 DECAY = 0.97         # weight kept by older observations at each verification of the slot
 EXPLORE_EVERY = 8    # while drafting does not pay, still draft after this many steps (fresh estimates), ...
-EXPLORE_SHARE = 0.1  # ... spending at most this share of the time times the upside (below) on exploring
+EXPLORE_SHARE = 0.05 # ... spending at most this share of the time times the upside (below) on exploring
 GOOD_RATE = 0.9      # the upside: the speedup drafting would bring at this rate (a well predicted run), less 1
 DECIDE_EVERY = 4     # the draft-or-not decision is re-evaluated every this many steps (estimates move slowly)
 
