@@ -135,7 +135,9 @@ class AcceptanceScheduler:
         if not with_prompt:
             other = max(0.0, seconds - 1.0 / self.cost_table.steps_per_second(rows) - draft_seconds)
             weight = 0.2 if other < self.other_seconds else 0.02     # a finishing request is a spike, not a trend
-            self.other_seconds = other if self.other_seconds == 0 else (1 - weight) * self.other_seconds + weight * other
+            if self.other_seconds == 0:
+                weight = 1.0
+            self.other_seconds = (1 - weight) * self.other_seconds + weight * other
         if self.exploring:
             plain = 1.0 / self.cost_table.steps_per_second(base_rows) + self.other_seconds
             cost = draft_seconds if with_prompt else max(0.0, seconds - plain)
