@@ -1,11 +1,16 @@
 """DeferredBatches: target batches replayed per slot, in order, only when the slot needs them."""
+import torch
+
+from specserve.models.forward_output import ForwardOutput
 from specserve.models.step_batch import StepBatch
 from specserve.speculative.base import TargetBatch
 from specserve.speculative.deferred_batches import LIMIT, DeferredBatches
 
 
 def _batch(step: int, slots: list[int]) -> TargetBatch:
-    return TargetBatch(StepBatch.build([(s, [step], step) for s in slots], [0]), out=None)
+    logits = torch.zeros(len(slots), 4096)
+    return TargetBatch(StepBatch.build([(s, [step], step) for s in slots], [0]),
+                       ForwardOutput(logits, {1: torch.zeros(len(slots), 8)}, torch.zeros(len(slots), 8)))
 
 
 def test_each_slot_replays_its_own_segments_in_order_and_only_once():
@@ -14,11 +19,14 @@ def test_each_slot_replays_its_own_segments_in_order_and_only_once():
     for step in range(5):
         deferred.add(_batch(step, [0, 1] if step < 3 else [1, 2]))
     assert seen == []                                   # nothing replayed before a slot asks
+    assert deferred.kept[0].batch.out.logits is None    # what a drafter reads is kept, the logits are not
+    assert deferred.kept[0].batch.out.taps[1].shape == (2, 8)
     deferred.catch_up(1)
     assert seen == [(1, p) for p in range(5)]
     deferred.catch_up(1)                                # nothing new
     deferred.catch_up(0)
     assert seen[5:] == [(0, 0), (0, 1), (0, 2)]
+    assert deferred.base == 3                           # slot 2 had no request before batch 3: 0-2 dropped
     deferred.skip(2)                                    # slot 2's request ended: its rows are not needed
     deferred.add(_batch(5, [2]))
     deferred.catch_up(2)

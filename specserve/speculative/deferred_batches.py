@@ -3,26 +3,33 @@
 A model drafter's per-step bookkeeping (which of the forward's rows extend each slot's context)
 costs tens of µs of Python per step. With --spec-schedule at high concurrency most steps do not
 draft, and a request often ends before its slot drafts again, so doing that work eagerly is
-mostly waste. `add` only appends the batch; `catch_up(slot)` replays the batches the slot has
-not seen, in order, before anything reads or changes the slot's state (a draft, an accept).
-Past LIMIT kept batches every slot is caught up, so memory stays bounded.
+mostly waste. `add` only keeps what a drafter may read later (the rows' tokens, taps and final
+hidden states; not the logits); `catch_up(slot)` replays the batches the slot has not seen, in
+order, before anything reads or changes the slot's state (a draft, an accept). A batch is dropped
+once every slot with a request has replayed it; past LIMIT kept batches every slot is caught up,
+so memory stays bounded.
 """
 from __future__ import annotations
 
 from typing import Any, Callable
 
+from ..models.forward_output import ForwardOutput
+from ..models.step_batch import StepBatch
 from .base import TargetBatch
 
 LIMIT = 256          # batches kept before every slot is caught up
 
 
 class KeptBatch:
-    """A kept target batch, its segments by slot (built when first replayed), and what the drafter
-    derived from it once for all its slots (`derived`, e.g. EAGLE-3's concatenated taps)."""
+    """A kept target batch (without its logits), its segments by slot (built when first replayed),
+    and what the drafter derived from it once for all its slots (`derived`, e.g. EAGLE-3's
+    concatenated taps)."""
     __slots__ = ("batch", "by_slot", "derived")
 
     def __init__(self, batch: TargetBatch):
-        self.batch = batch
+        step, out = batch.step, batch.out
+        self.batch = TargetBatch(StepBatch(step.tokens, step.positions, step.segments, step.output_rows),
+                                 ForwardOutput(None, out.taps, out.final_hidden), batch.is_prompt)
         self.by_slot: dict | None = None
         self.derived: Any = None
 
@@ -32,19 +39,25 @@ class DeferredBatches:
         """`replay(kept, segment, slot)` applies one batch's segment of one slot."""
         self.replay = replay
         self.kept: list[KeptBatch] = []
-        self.base = 0                              # number of the first kept batch
-        self.next = [0] * n_slots                  # per slot: the number of the next batch to replay
+        self.base = 0                                   # number of the first kept batch
+        self.next: list[int | None] = [None] * n_slots  # per slot: the next batch to replay (None: no request)
 
     def add(self, batch: TargetBatch) -> None:
-        if not batch.step.segments:
+        segments = batch.step.segments
+        if not segments:
             return
+        number = self.base + len(self.kept)
+        for seg in segments:
+            if self.next[seg.slot] is None:             # a new request's first rows
+                self.next[seg.slot] = number
         self.kept.append(KeptBatch(batch))
         if len(self.kept) > LIMIT:
             for slot in range(len(self.next)):
                 self.catch_up(slot)
 
     def catch_up(self, slot: int) -> None:
-        end = self.base + len(self.kept)
+        if self.next[slot] is None:
+            return
         for i in range(self.next[slot] - self.base, len(self.kept)):
             kept = self.kept[i]
             if kept.by_slot is None:
@@ -52,16 +65,18 @@ class DeferredBatches:
             seg = kept.by_slot.get(slot)
             if seg is not None:
                 self.replay(kept, seg, slot)
-        self.next[slot] = end
-        self._trim()
-
-    def skip(self, slot: int) -> None:
-        """The slot's state was reset (its request ended): it needs none of the kept batches."""
         self.next[slot] = self.base + len(self.kept)
         self._trim()
 
+    def skip(self, slot: int) -> None:
+        """The slot's request ended: it needs none of the kept batches until its next one."""
+        self.next[slot] = None
+        self._trim()
+
     def _trim(self) -> None:
-        done = min(self.next) - self.base         # batches every slot has replayed
+        """Drop the batches every slot with a request has replayed."""
+        pending = [n for n in self.next if n is not None]
+        done = (min(pending) if pending else self.base + len(self.kept)) - self.base
         if done > 0:
             del self.kept[:done]
             self.base += done
