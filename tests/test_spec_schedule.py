@@ -42,6 +42,11 @@ def test_scheduler_learns_each_slots_acceptance():
     assert steep.lengths([1], [Draft([5, 6])]).tolist()[0] >= 1
     steep.begin(1)                      # a new request starts from the all-slots counts, lightly weighted
     assert steep.tried[1] == pytest.approx(4.0) and steep.rate(1) > PRIOR
+    steep.begin(1, sampled=True)        # ... of requests of its kind: no sampled request was seen yet
+    assert steep.tried[1] == 0 and steep.rate(1) == PRIOR
+    steep.observe(1, 4, 0)
+    steep.begin(0, sampled=True)
+    assert steep.rate(0) < PRIOR        # the sampled requests' history, not the greedy one's
 
 
 def _measure(sched, slots, caps, seconds):

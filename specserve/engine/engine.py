@@ -273,7 +273,7 @@ class Engine:
         r.state = State.GENERATING
         r.t_first_token = time.perf_counter()
         r.id_last = token
-        self.driver.begin(r.slot, r.tokens[:r.n_cached])
+        self.driver.begin(r.slot, r.tokens[:r.n_cached], sampled=r.params.temperature > 0)
 
     # ------------------------------------------------------------------ output
     def _emit(self, r: Request, tokens: list[int], logits: torch.Tensor, first_row: int) -> None:

@@ -60,9 +60,12 @@ class AcceptanceScheduler:
         self.cost_table = cost_table
         self.n_positions = max(1, n_positions)
         # per slot, decayed counts of draft tokens accepted / tried (a tried token was reached:
-        # every draft token before it was accepted); row n_slots pools all slots for new requests
-        self.accepted = np.zeros(n_slots + 1)
-        self.tried = np.zeros(n_slots + 1)
+        # every draft token before it was accepted); rows n_slots and n_slots + 1 pool the slots'
+        # greedy and sampled requests, where new requests of that kind start (acceptance at T > 0
+        # is much lower than at T=0)
+        self.accepted = np.zeros(n_slots + 2)
+        self.tried = np.zeros(n_slots + 2)
+        self.pool = [n_slots] * n_slots                      # each slot's pooled row
         self.draft_seconds: dict[int, float] = {}            # drafting slots -> running mean of a steady call
         self.measured_up_to = 0                              # the largest count with a steady call
         self.unsteady_seconds: dict[int, float] = {}         # ... the fastest catch-up call, until one is steady
@@ -90,8 +93,9 @@ class AcceptanceScheduler:
         r, n = self.rate(slot), self.tried[slot] + PRIOR_WEIGHT
         return min(0.99, r + float(np.sqrt(r * (1 - r) / n)))
 
-    def begin(self, slot: int) -> None:
-        pooled = len(self.accepted) - 1
+    def begin(self, slot: int, sampled: bool = False) -> None:
+        """A new request in `slot`: its estimate starts from the requests of its kind (greedy or sampled)."""
+        pooled = self.pool[slot] = len(self.pool) + int(sampled)
         scale = min(1.0, 4.0 / max(self.tried[pooled], 1e-9))       # start with the weight of ~4 tokens
         self.accepted[slot] = self.accepted[pooled] * scale
         self.tried[slot] = self.tried[pooled] * scale
@@ -225,6 +229,6 @@ class AcceptanceScheduler:
 
     def _update(self, slot: int, accepted: int, tried: int) -> None:
         self.n_observed += 1
-        for row in (slot, len(self.accepted) - 1):
+        for row in (slot, self.pool[slot]):
             self.accepted[row] = DECAY * self.accepted[row] + accepted
             self.tried[row] = DECAY * self.tried[row] + tried

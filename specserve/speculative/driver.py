@@ -44,9 +44,10 @@ class SpecDriver:
     def max_draft(self) -> int:
         return max((p.max_draft() for p in self.proposers), default=0)
 
-    def begin(self, slot: int, prompt: np.ndarray) -> None:
+    def begin(self, slot: int, prompt: np.ndarray, sampled: bool = False) -> None:
+        """A request's prompt is in `slot`; `sampled`: it samples (T > 0) rather than decoding greedily."""
         if self.scheduler is not None:
-            self.scheduler.begin(slot)
+            self.scheduler.begin(slot, sampled)
         for p in self.proposers:
             t0 = time.perf_counter()
             p.begin(slot, prompt)
