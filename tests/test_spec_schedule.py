@@ -252,6 +252,8 @@ def test_scheduled_sampling_keeps_seeded_outputs_batch_independent(models):
     outs = llm.generate(PROMPTS[:3], [params, SamplingParams(temperature=0.8, max_tokens=30, seed=1),
                                       SamplingParams(temperature=0, max_tokens=30)])
     assert outs[0].token_ids == alone
+    # the two sampled requests' slots learn into the sampled pool (row 3 + 1), the greedy one's into row 3
+    assert sorted(llm.engine.driver.scheduler.pool) == [3, 4, 4]
 
 
 def test_schedule_profiles_the_target_when_no_table_is_given(models):
