@@ -91,3 +91,19 @@ def test_a_malformed_draft_is_an_error_not_a_read_past_its_q():
                      ([1, 2, 3], torch.full((3, 40), 1 / 40))):
         with pytest.raises(ValueError, match="does not fit"):
             native_sampling.verify_rejection(draft, p, q, torch.Generator().manual_seed(0))
+
+
+@pytest.mark.skipif(kernels.requested() == "torch", reason="SPECSERVE_KERNELS=torch")
+def test_drawing_straight_from_logits_equals_the_distribution_then_the_draw():
+    """Plain decoding's path (sample_logits: no probs tensor returned) draws what sample(sampling_probs)
+    draws with the same generator state, for each sampler setting and row count (its buffer is reused)."""
+    gen = torch.Generator().manual_seed(5)
+    for trial in range(60):
+        rows, vocab = 1 + trial % 4, 50 + trial % 3
+        logits = torch.randn(rows, vocab, generator=gen) * 3
+        settings = [(0, 1.0, 0.0, 1.0), (5, 1.0, 0.0, 0.7), (0, 0.9, 0.05, 1.3), (20, 0.8, 0.1, 0.5)][trial % 4]
+        state = gen.get_state()
+        fused = native_sampling.sample_logits(logits, *settings, gen)
+        again = torch.Generator().set_state(state)
+        expected = native_sampling.sample(native_sampling.sampling_probs(logits, *settings), again).tolist()
+        assert fused == expected and gen.get_state().equal(again.get_state())

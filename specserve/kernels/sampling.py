@@ -7,6 +7,7 @@ rows instead of a dozen PyTorch operations per row.
 from __future__ import annotations
 
 import ctypes
+import threading
 
 import torch
 
@@ -29,6 +30,31 @@ def sample(probs: torch.Tensor, generator: torch.Generator | None) -> torch.Tens
     tokens = torch.empty(p.shape[0], dtype=torch.int64)
     library().ss_sample(p.data_ptr(), p.shape[0], p.shape[1], uniforms.data_ptr(), tokens.data_ptr())
     return tokens
+
+
+_scratch = threading.local()      # per thread: a probs buffer by shape, for draws that return only tokens
+
+
+def sample_logits(logits: torch.Tensor, top_k: int, top_p: float, min_p: float, temperature: float,
+                  generator: torch.Generator | None) -> list[int]:
+    """One token per row of float32 logits [R, V]: `sample(sampling_probs(...))` with the same uniforms,
+    without a tensor made or returned per call. Plain decoding samples once per token, right after the
+    forward has evicted everything else from the caches, where each small tensor operation costs
+    several µs; this path has three."""
+    x = logits if logits.dtype == torch.float32 and logits.is_contiguous() else logits.float().contiguous()
+    rows, vocab = x.shape
+    buffers = getattr(_scratch, "buffers", None)
+    if buffers is None:
+        buffers = _scratch.buffers = {}
+    probs = buffers.get((rows, vocab))
+    if probs is None:
+        probs = buffers[(rows, vocab)] = torch.empty(rows, vocab)
+    uniforms = torch.rand(rows, generator=generator, dtype=torch.float64)
+    tokens = (ctypes.c_int64 * rows)()
+    lib = library()
+    lib.ss_sampling_probs(x.data_ptr(), rows, vocab, top_k, top_p, min_p, temperature, probs.data_ptr())
+    lib.ss_sample(probs.data_ptr(), rows, vocab, uniforms.data_ptr(), ctypes.addressof(tokens))
+    return list(tokens)
 
 
 def verify_rejection(draft: list[int], probs: torch.Tensor, q_probs: torch.Tensor,

@@ -29,6 +29,10 @@ def verify(logits: torch.Tensor, draft: list[int], q_probs: torch.Tensor | None,
     if params.greedy:
         return verify_greedy(draft, argmax[first_row:end] if argmax is not None
                              else logits[first_row:end].argmax(dim=-1).tolist())
+    if q_probs is None and on_native_kernels(logits):     # plain decoding, sample and compare: only the draws
+        samples = native_sampling.sample_logits(logits[first_row:end], params.top_k, params.top_p, params.min_p,
+                                                params.temperature, generator)
+        return verify_greedy(draft, samples)
     probs = target_probs(logits[first_row:end], params)
     if not draft:
         return [int(sample_rows(probs, generator)[0])]
