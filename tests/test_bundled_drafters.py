@@ -41,12 +41,13 @@ def test_bundled_drafter_is_accepted_and_lossless(baseline, spec_type):
 def test_demo_compares_every_spec_type():
     draftless = draftless_types()
     assert default_spec_types().split(",") == draftless + list(STDLIB_CODER_DRAFTERS)
-    r = run("demo", "-n", "24")
+    r = run("demo", "-n", "24", "--set-tokens", "8")
     assert r.returncode == 0, r.stderr
     assert "The bundled model is a toy" in r.stdout and "-t 1" in r.stdout
+    assert "then 8 prompts of the bundled 'qualitative' set, 8 tokens each" in r.stdout
     for name in draftless + list(STDLIB_CODER_DRAFTERS):
         line = next(line for line in r.stdout.splitlines() if line.startswith(name + " "))
-        assert "output identical to baseline: yes" in line, line
+        assert "output identical to baseline: yes" in line and "over the set" in line, line
 
 
 def test_block_drafter_cards_record_training_and_held_out_acceptance():

@@ -1,9 +1,12 @@
-"""`specserve demo`: the same code-editing prompt without and with speculation, side by side."""
+"""`specserve demo`: the same code-editing prompt without and with speculation, side by side, and the
+same methods over a spread of the bundled `qualitative` prompt set (one prompt says little: a drafter's
+speedup varies several-fold from prompt to prompt)."""
 from __future__ import annotations
 
 import argparse
 from pathlib import Path
 
+from ..bench.samples import load_bundled
 from ..engine.request import Request
 from ..bundled import shipped_drafters
 from ..llm import load_engine
@@ -36,6 +39,9 @@ def merge_sorted_lists(left, right):
 '''
 
 
+SET_NAME = "qualitative"      # every SET_EVERY-th prompt of it: code, edits, maths, summaries, questions, prose
+SET_EVERY = 7
+
 # small n-grams suit a short demo prompt; llama.cpp's defaults (12/48) need long histories
 NGRAM_SETTINGS = {"spec_ngram_simple_size_n": 4, "spec_ngram_simple_size_m": 32}
 TOY_NOTE = ("The bundled model is a toy: a 5.8M-parameter Qwen3-architecture model trained for minutes on the "
@@ -59,6 +65,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-md", "--spec-draft-model", default=None,
                         help="draft model folder for draft-* types (default: the bundled drafters)")
     parser.add_argument("-p", "--prompt", default=DEMO_PROMPT, help="prompt (default: a code-editing prompt)")
+    parser.add_argument("--set-tokens", type=int, default=128,
+                        help=f"tokens per prompt over every {SET_EVERY}th prompt of the bundled {SET_NAME!r} "
+                             "set, after the one prompt (0: skip the set)")
 
 
 def _run_once(model, spec_type, draft_model, prompt, n_predict, extra):
@@ -71,7 +80,22 @@ def _run_once(model, spec_type, draft_model, prompt, n_predict, extra):
     engine.add_request(request)
     while not request.finished:
         engine.step()
-    return engine, request
+    return engine, tokenizer, request
+
+
+def _run_set(engine, tokenizer, prompts: list[str], n_predict: int) -> tuple[float, list[str]]:
+    """(decode tokens per second, the texts) over the prompts, one after another on the warmed-up engine."""
+    tokens, ms, texts = 0, 0.0, []
+    for i, prompt in enumerate(prompts):
+        request = Request(f"set-{i}", tokenizer.encode(prompt),
+                          SamplingParams(temperature=0, max_tokens=n_predict, ignore_eos=True))
+        engine.add_request(request)
+        while not request.finished:
+            engine.step()
+        out = request.snapshot()
+        tokens, ms = tokens + out.timings["predicted_n"], ms + out.timings["predicted_ms"]
+        texts.append(out.text)
+    return (1000 * tokens / ms if ms else 0.0), texts
 
 
 def _settings(spec_type: str, draft_model, extra: dict) -> str:
@@ -95,7 +119,11 @@ def run(args) -> int:
     print(f"prompt ({len(lines)} lines; greedy, {args.n_predict} tokens, -t {args.threads}, one run each: on a busy "
           f"machine the speedups move by ~10 % between runs):")
     print("\n".join("    " + line for line in lines[-6:]) + "\n")
-    base_text, base_speed = None, None
+    set_prompts = [s.turns[0] for s in load_bundled(SET_NAME)][::SET_EVERY] if args.set_tokens > 0 else []
+    if set_prompts:
+        print(f"then {len(set_prompts)} prompts of the bundled {SET_NAME!r} set, {args.set_tokens} tokens each "
+              f"(\"over the set\")\n")
+    base_text, base_speed, base_set, base_set_texts = None, None, None, None
     for spec_type in runs:
         draft_model, run_extra = args.spec_draft_model, dict(NGRAM_SETTINGS, threads=args.threads)
         if spec_type != "none" and proposer_class(spec_type).model_drafter and draft_model is None:
@@ -104,21 +132,27 @@ def run(args) -> int:
                 print(f"{spec_type:<28} skipped: needs a draft model (-md DIR)")
                 continue
             draft_model, run_extra["spec_draft_n_max"] = shipped
-        engine, req = _run_once(args.model, spec_type, draft_model, args.prompt, args.n_predict, run_extra)
+        engine, tokenizer, req = _run_once(args.model, spec_type, draft_model, args.prompt, args.n_predict, run_extra)
         out = req.snapshot()
         speed = out.timings["predicted_per_second"]
+        stats = timing_lines(out.timings)[1:2] + engine.request_stats_lines(req) + engine.driver_stats_lines()
+        set_speed, set_texts = _run_set(engine, tokenizer, set_prompts, args.set_tokens)
         if base_text is None:
-            base_text, base_speed = out.text, speed
+            base_text, base_speed, base_set, base_set_texts = out.text, speed, set_speed, set_texts
             print("--- generated text " + "-" * 50)
             print(out.text)
             print("-" * 68)
         label = "baseline (no speculation)" if spec_type == "none" else spec_type
         line = f"{label:<28} {speed:8.1f} tokens/s"
         if spec_type != "none":
-            same = "yes" if out.text == base_text else "NO"
+            same = "yes" if out.text == base_text and set_texts == base_set_texts else "NO"
             line += f"   speedup {speed / base_speed:5.2f}x   output identical to baseline: {same}"
+            if set_prompts:
+                line += f"   over the set {set_speed / base_set:5.2f}x"
+        elif set_prompts:
+            line += f"   over the set {set_speed:8.1f} tokens/s"
         print(line)
         print(f"    settings: {_settings(spec_type, draft_model, run_extra)}")
-        for stat in timing_lines(out.timings)[1:2] + engine.request_stats_lines(req) + engine.driver_stats_lines():
+        for stat in stats:              # the one prompt's
             print("    " + stat)
     return 0
