@@ -67,7 +67,6 @@ class AcceptanceScheduler:
         self.tried = np.zeros(n_slots + 2)
         self.pool = [n_slots] * n_slots                      # each slot's pooled row
         self.draft_seconds: dict[int, float] = {}            # drafting slots -> running mean of a steady call
-        self.measured_up_to = 0                              # the largest count with a steady call
         self.unsteady_seconds: dict[int, float] = {}         # ... the fastest catch-up call, until one is steady
         self.other_seconds = 0.0                             # running mean of the rest of a step
         self.last_drafted = [-1] * n_slots                   # decision number of each slot's last draft
@@ -108,7 +107,6 @@ class AcceptanceScheduler:
             known = self.draft_seconds.get(n_slots, seconds)
             weight = 0.5 if seconds < known else 0.1        # the first calls run slow (cold caches), spikes happen
             self.draft_seconds[n_slots] = (1 - weight) * known + weight * seconds
-            self.measured_up_to = max(self.measured_up_to, n_slots)
         elif n_slots not in self.draft_seconds:
             self.unsteady_seconds[n_slots] = min(seconds, self.unsteady_seconds.get(n_slots, seconds))
 
@@ -159,7 +157,7 @@ class AcceptanceScheduler:
         in between it is reused."""
         self.n_decisions += 1
         chosen = list(range(len(slots)))
-        if len(slots) > self.measured_up_to:
+        if len(slots) > max(self.draft_seconds, default=0):
             pass                                # measure calls for this many slots (fewer do not say)
         elif (self.last_decision is False and self.upside > 0 and self.n_decisions >= self.next_explore
               and self.elapsed >= self.explore_ready_at):
@@ -194,18 +192,17 @@ class AcceptanceScheduler:
         these rates) over one that only decodes."""
         n = min(max(caps), self.n_positions)
         n_rows = len(rates)
-        kept = schedule_prefix_lengths(np.repeat(rates[:, None], n, axis=1), self._rate_for(n_rows),
-                                       np.minimum(caps, n))
+        steps_per_second = self._rate_for(n_rows)
+        kept = schedule_prefix_lengths(np.repeat(rates[:, None], n, axis=1), steps_per_second, np.minimum(caps, n))
         gain = sum(float(np.sum(r ** np.arange(1, k + 1))) for r, k in zip(rates, kept))
         plain = n_rows / (1.0 / self.cost_table.steps_per_second(n_rows) + self.other_seconds)
-        return (n_rows + gain) * self.steps_per_second(n_rows + int(kept.sum()), n_rows) / plain
-
-    def steps_per_second(self, rows: int, n_drafting: int) -> float:
-        """Whole engine steps per second at `rows` verified rows with n_drafting slots drafting."""
-        return 1.0 / (1.0 / self.cost_table.steps_per_second(rows) + self.draft_time(n_drafting) + self.other_seconds)
+        return (n_rows + gain) * steps_per_second(n_rows + int(kept.sum())) / plain
 
     def _rate_for(self, n_drafting: int):
-        return lambda rows: self.steps_per_second(rows, n_drafting)
+        """Whole engine steps per second by verified rows, with n_drafting slots drafting (Algorithm 1
+        asks it for every candidate row count: the draft time is worked out once)."""
+        fixed = self.draft_time(n_drafting) + self.other_seconds
+        return lambda rows: 1.0 / (1.0 / self.cost_table.steps_per_second(rows) + fixed)
 
     def lengths(self, slots: list[int], drafts: list[Draft]) -> np.ndarray:
         """How many tokens of each draft to verify."""
