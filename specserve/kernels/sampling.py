@@ -14,10 +14,11 @@ import torch
 from . import library
 
 
-def sampling_probs(logits: torch.Tensor, top_k: int, top_p: float, min_p: float, temperature: float) -> torch.Tensor:
-    """float32 rows [R, V] -> the distribution each row samples from [R, V]."""
+def sampling_probs(logits: torch.Tensor, top_k: int, top_p: float, min_p: float, temperature: float,
+                   out: torch.Tensor | None = None) -> torch.Tensor:
+    """float32 rows [R, V] -> the distribution each row samples from [R, V] (written into `out` if given)."""
     x = logits.float().contiguous()
-    probs = torch.empty_like(x)
+    probs = torch.empty_like(x) if out is None else out
     library().ss_sampling_probs(x.data_ptr(), x.shape[0], x.shape[1], top_k, top_p, min_p, temperature,
                                 probs.data_ptr())
     return probs
@@ -41,19 +42,17 @@ def sample_logits(logits: torch.Tensor, top_k: int, top_p: float, min_p: float, 
     without a tensor made or returned per call. Plain decoding samples once per token, right after the
     forward has evicted everything else from the caches, where each small tensor operation costs
     several µs; this path has three."""
-    x = logits if logits.dtype == torch.float32 and logits.is_contiguous() else logits.float().contiguous()
-    rows, vocab = x.shape
+    rows, vocab = logits.shape
     buffers = getattr(_scratch, "buffers", None)
     if buffers is None:
         buffers = _scratch.buffers = {}
     probs = buffers.get((rows, vocab))
     if probs is None:
         probs = buffers[(rows, vocab)] = torch.empty(rows, vocab)
+    sampling_probs(logits, top_k, top_p, min_p, temperature, out=probs)
     uniforms = torch.rand(rows, generator=generator, dtype=torch.float64)
     tokens = (ctypes.c_int64 * rows)()
-    lib = library()
-    lib.ss_sampling_probs(x.data_ptr(), rows, vocab, top_k, top_p, min_p, temperature, probs.data_ptr())
-    lib.ss_sample(probs.data_ptr(), rows, vocab, uniforms.data_ptr(), ctypes.addressof(tokens))
+    library().ss_sample(probs.data_ptr(), rows, vocab, uniforms.data_ptr(), ctypes.addressof(tokens))
     return list(tokens)
 
 
