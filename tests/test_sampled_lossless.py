@@ -13,7 +13,8 @@ from support.proposers import FixedQ
 from specserve import LLM, kernels
 from specserve.kernels import sampling as native_sampling
 from specserve.speculative import registry
-from specserve.speculative.verify import verify_rejection, verify_sample_compare
+from specserve.sampling import draw_with_uniform
+from specserve.speculative.verify import verify_greedy, verify_rejection, verify_sample_compare
 
 
 @pytest.mark.parametrize("mode", ["none", "one-hot", "with-q"])
@@ -70,40 +71,38 @@ def _rule(draft, p, q, uniforms):
     return draft[:n] + [min(token, int(row.nonzero()[-1]))]
 
 
+SETTINGS = [(0, 1.0, 0.0, 1.0), (5, 1.0, 0.0, 0.7), (0, 0.9, 0.05, 1.3), (20, 0.8, 0.1, 0.5)]   # k, p, min-p, T
+
+
 @pytest.mark.skipif(kernels.requested() == "torch", reason="SPECSERVE_KERNELS=torch")
-def test_native_rejection_call_follows_the_rule_with_the_generators_uniforms():
+def test_native_call_follows_the_rules_with_the_generators_uniforms():
+    """verify_logits (one call from the logits, rows worked out only as needed) emits what the rules give on
+    the whole rows of sampling_probs with the same uniforms, and leaves the generator where they leave it:
+    the rejection rule with q, sample and compare without (plain sampling with no draft)."""
     gen = torch.Generator().manual_seed(3)
-    for trial in range(300):
-        k, vocab = trial % 5, 40
-        p = torch.softmax(torch.randn(k + 1, vocab, generator=gen) * 2, -1)
-        q = torch.softmax(torch.randn(k, vocab, generator=gen) * 2, -1)
-        draft = [int(torch.multinomial(q[i], 1, generator=gen)) for i in range(k)]
+    for trial in range(400):
+        k, vocab, settings = trial % 5, 40 + trial % 3, SETTINGS[trial % 4]
+        logits = torch.randn(k + 1, vocab, generator=gen) * 2
+        p = native_sampling.sampling_probs(logits, *settings)
+        q = torch.softmax(torch.randn(k, vocab, generator=gen) * 2, -1) if trial % 2 else None
+        # drafts the target often accepts, so that later rows are reached
+        draft = [int(torch.multinomial(p[i] if q is None else q[i], 1, generator=gen)) for i in range(k)]
         state = gen.get_state()
-        out = native_sampling.verify_rejection(draft, p, q, gen)
-        uniforms = torch.rand(k + 1, generator=torch.Generator().set_state(state), dtype=torch.float64)
-        assert out == _rule(draft, p, q, uniforms.tolist())
+        out = native_sampling.verify_logits(logits, draft, q, *settings, gen)
+        again = torch.Generator().set_state(state)
+        uniforms = torch.rand(k + 1, generator=again, dtype=torch.float64).tolist()
+        if q is None:
+            samples = [draw_with_uniform(p[i], uniforms[i]) for i in range(k + 1)]
+            assert out == verify_greedy(draft, samples)
+        else:
+            assert out == _rule(draft, p, q, uniforms)
+        assert gen.get_state().equal(again.get_state())
 
 
 @pytest.mark.skipif(kernels.requested() == "torch", reason="SPECSERVE_KERNELS=torch")
 def test_a_malformed_draft_is_an_error_not_a_read_past_its_q():
-    p = torch.softmax(torch.randn(3, 40), -1)
+    logits = torch.randn(3, 40)
     for draft, q in (([5, 6], torch.full((2, 3), 1 / 3)), ([45, 1], torch.full((2, 40), 1 / 40)),
-                     ([1, 2, 3], torch.full((3, 40), 1 / 40))):
+                     ([1, 2, 3], torch.full((3, 40), 1 / 40)), ([1, 2, 3], None), ([-1], None)):
         with pytest.raises(ValueError, match="does not fit"):
-            native_sampling.verify_rejection(draft, p, q, torch.Generator().manual_seed(0))
-
-
-@pytest.mark.skipif(kernels.requested() == "torch", reason="SPECSERVE_KERNELS=torch")
-def test_drawing_straight_from_logits_equals_the_distribution_then_the_draw():
-    """Plain decoding's path (sample_logits: no probs tensor returned) draws what sample(sampling_probs)
-    draws with the same generator state, for each sampler setting and row count (its buffer is reused)."""
-    gen = torch.Generator().manual_seed(5)
-    for trial in range(60):
-        rows, vocab = 1 + trial % 4, 50 + trial % 3
-        logits = torch.randn(rows, vocab, generator=gen) * 3
-        settings = [(0, 1.0, 0.0, 1.0), (5, 1.0, 0.0, 0.7), (0, 0.9, 0.05, 1.3), (20, 0.8, 0.1, 0.5)][trial % 4]
-        state = gen.get_state()
-        fused = native_sampling.sample_logits(logits, *settings, gen)
-        again = torch.Generator().set_state(state)
-        expected = native_sampling.sample(native_sampling.sampling_probs(logits, *settings), again).tolist()
-        assert fused == expected and gen.get_state().equal(again.get_state())
+            native_sampling.verify_logits(logits, draft, q, 0, 1.0, 0.0, 1.0, torch.Generator().manual_seed(0))

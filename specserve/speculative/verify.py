@@ -29,10 +29,9 @@ def verify(logits: torch.Tensor, draft: list[int], q_probs: torch.Tensor | None,
     if params.greedy:
         return verify_greedy(draft, argmax[first_row:end] if argmax is not None
                              else logits[first_row:end].argmax(dim=-1).tolist())
-    if q_probs is None and on_native_kernels(logits):     # plain decoding, sample and compare: only the draws
-        samples = native_sampling.sample_logits(logits[first_row:end], params.top_k, params.top_p, params.min_p,
-                                                params.temperature, generator)
-        return verify_greedy(draft, samples)
+    if on_native_kernels(logits):      # one call; a row's distribution only once the drafts before it passed
+        return native_sampling.verify_logits(logits[first_row:end], draft, q_probs, params.top_k, params.top_p,
+                                             params.min_p, params.temperature, generator)
     probs = target_probs(logits[first_row:end], params)
     if not draft:
         return [int(sample_rows(probs, generator)[0])]
@@ -59,9 +58,7 @@ def verify_sample_compare(draft: list[int], probs: torch.Tensor, generator: torc
 def verify_rejection(draft: list[int], probs: torch.Tensor, q_probs: torch.Tensor,
                      generator: torch.Generator) -> list[int]:
     """probs: [k+1, V] target; q_probs: [k, V], the distributions the draft tokens were drawn from.
-    On the native kernels one call (sampler.cpp) with the same k + 1 uniforms."""
-    if on_native_kernels(probs):
-        return native_sampling.verify_rejection(draft, probs, q_probs, generator)
+    (The native kernels run this rule from the logits: kernels/sampling.verify_logits, same uniforms.)"""
     k = len(draft)
     if k == 0:
         return [int(sample_rows(probs[:1], generator)[0])]

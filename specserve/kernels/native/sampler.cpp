@@ -137,32 +137,43 @@ void ss_sample(const float* probs, int64_t n_rows, int64_t vocab, const double* 
     for (int64_t r = 0; r < n_rows; r++) tokens[r] = ss::draw_row(probs + r * vocab, vocab, uniforms[r]);
 }
 
-// Rejection sampling of a draft d[0..k) drawn from q rows [k, vocab] against the target's p rows
-// [k + 1, vocab]: accept d_i while q(d_i) > 0 and u_i * q(d_i) <= p(d_i); at the first rejection the
-// token is a draw from max(0, p - q) (from p where that is zero everywhere) with u_k, with everything
-// accepted the bonus is a draw from p[k] with u_k. Returns the number accepted; *token the target's token.
-int64_t ss_verify_rejection(const float* probs, const float* q, int64_t k, int64_t vocab, const int64_t* draft,
-                            const double* uniforms, int64_t* token) {
-    int64_t n = 0;
-    while (n < k) {
-        const double qd = q[n * vocab + draft[n]], pd = probs[n * vocab + draft[n]];
-        if (!(qd > 0.0 && uniforms[n] * qd <= pd)) break;
-        n++;
-    }
-    const float* p = probs + n * vocab;
-    if (n == k) {
-        *token = ss::draw_row(p, vocab, uniforms[k]);
+// One slot's verification straight from the target's logits rows [k + 1, vocab] (speculative/verify.py):
+// row n's sampling distribution is worked out only once drafts 0..n-1 are accepted, and most steps stop
+// at the first rows. With q (the draft's distributions [k, vocab]): accept d_n while q(d_n) > 0 and
+// u_n * q(d_n) <= p(d_n); at the first rejection the token is a draw from max(0, p - q) (from p where that
+// is zero everywhere) with u_k; with everything accepted the bonus is a draw from p_k with u_k. Without
+// q (sample and compare): y_n is the draw from p_n with u_n, accepted while y_n == d_n; the first y_n
+// that differs (or y_k) is the token. Returns the number accepted; *token the target's token after them.
+int64_t ss_verify_logits(const float* logits, int64_t k, int64_t vocab, int32_t top_k, float top_p, float min_p,
+                         float temperature, const float* q, const int64_t* draft, const double* uniforms,
+                         int64_t* token) {
+    static thread_local std::vector<float> probs, residual, heap;
+    static thread_local std::vector<int32_t> kept;
+    probs.resize(vocab);
+    for (int64_t n = 0;; n++) {
+        const float* p = probs.data();
+        ss::row_probs(logits + n * vocab, vocab, top_k, top_p, min_p, temperature, probs.data(), kept, heap);
+        if (q == nullptr) {
+            *token = ss::draw_row(p, vocab, uniforms[n]);
+            if (n == k || *token != draft[n]) return n;
+            continue;
+        }
+        if (n == k) {
+            *token = ss::draw_row(p, vocab, uniforms[k]);
+            return n;
+        }
+        const float* qn = q + n * vocab;
+        const double qd = qn[draft[n]], pd = p[draft[n]];
+        if (qd > 0.0 && uniforms[n] * qd <= pd) continue;
+        residual.resize(vocab);
+        double total = 0.0;
+        for (int64_t i = 0; i < vocab; i++) {
+            residual[i] = std::max(0.0f, p[i] - qn[i]);
+            total += residual[i];
+        }
+        *token = ss::draw_row(total > 0.0 ? residual.data() : p, vocab, uniforms[k]);
         return n;
     }
-    static thread_local std::vector<float> residual;
-    residual.resize(vocab);
-    double total = 0.0;
-    for (int64_t i = 0; i < vocab; i++) {
-        residual[i] = std::max(0.0f, p[i] - q[n * vocab + i]);
-        total += residual[i];
-    }
-    *token = ss::draw_row(total > 0.0 ? residual.data() : p, vocab, uniforms[k]);
-    return n;
 }
 
 }  // extern "C"
