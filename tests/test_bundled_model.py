@@ -151,3 +151,18 @@ def test_split_is_deterministic_and_exclusive():
     assert 0.02 < len(held) / len(files) < 0.08
     # The rule depends on the relative path only.
     assert corpus.is_held_out("os.py") == (int(__import__("hashlib").sha1(b"os.py").hexdigest(), 16) % 20 == 0)
+
+
+def test_loading_skips_the_random_init_and_its_imports():
+    """Weights built on the meta device to take a checkpoint are not randomly initialised first: that init
+    imported torch._dynamo, about a second of every load (here with every drafter that has an embedding
+    of its own); a model built off the meta device is initialised."""
+    import subprocess
+    import sys
+    code = ("import sys\nfrom specserve import LLM\nfrom specserve.bundled import STDLIB_CODER_DRAFTERS as D\n"
+            "for t in ('draft-dspark', 'draft-eagle3'):\n    LLM(str(D[t][0].parent / 'stdlib-coder'), spec_type=t, "
+            "draft_model=str(D[t][0]))\nprint('torch._dynamo' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.split()[-1] == "False"
+    from specserve.models.transformer import new_embedding
+    assert new_embedding(64, 8).weight.std() > 0.5

@@ -40,7 +40,8 @@ from ..kernels import capi, library, use_native_kernels
 from ..kernels.packed import PackedLinear
 from .native_decoder import NativeLayers, attention_rows
 from .native_block_chain import NativeChain
-from .transformer import ACTIVATIONS, DecoderLayer, RMSNorm, ServingWeights, float32_copy, linear, rms_norm
+from .transformer import (ACTIVATIONS, DecoderLayer, RMSNorm, ServingWeights, float32_copy, linear, new_embedding,
+                          rms_norm)
 
 
 class MarkovHead(nn.Module):
@@ -48,7 +49,7 @@ class MarkovHead(nn.Module):
 
     def __init__(self, vocab_size: int, rank: int):
         super().__init__()
-        self.markov_w1 = nn.Embedding(vocab_size, rank)
+        self.markov_w1 = new_embedding(vocab_size, rank)
         self.markov_w2 = nn.Linear(rank, vocab_size, bias=False)
 
     def forward(self, prev_tokens: torch.Tensor) -> torch.Tensor:

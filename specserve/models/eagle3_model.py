@@ -21,7 +21,8 @@ from .config import ModelConfig
 from .draft_head import DraftHead
 from .kv_cache import KVCache
 from .step_batch import StepBatch
-from .transformer import DecoderLayer, RMSNorm, cached_attention, decoder_layer_step, linear, mlp_step, rms_norm
+from .transformer import (DecoderLayer, RMSNorm, cached_attention, decoder_layer_step, linear, mlp_step,
+                          new_embedding, rms_norm)
 
 
 @dataclass
@@ -60,7 +61,7 @@ class Eagle3Draft(DraftHead):
         self.fc_norm = (nn.ModuleList(RMSNorm(opts.target_hidden_size, eps) for _ in range(opts.n_aux))
                         if opts.fc_norm else None)
         self.input_norm = RMSNorm(feat, eps) if opts.norm_before_fc else None
-        self.embed_tokens = nn.Embedding(opts.vocab_size, hidden) if own_embedding else None
+        self.embed_tokens = new_embedding(opts.vocab_size, hidden) if own_embedding else None
         self.layers = nn.ModuleList([first_layer(cfg)] + [DecoderLayer(cfg) for _ in range(n_layers - 1)])
         self.norm = RMSNorm(hidden, eps)
         self.lm_head = nn.Linear(hidden, opts.draft_vocab_size, bias=False) if own_lm_head else None

@@ -253,10 +253,18 @@ def serving_cache(model: nn.Module, layers, n_slots: int, max_ctx: int, torch_we
                    v_dtype=v_dtype)
 
 
+def new_embedding(num: int, dim: int) -> nn.Embedding:
+    """nn.Embedding, randomly initialised except on the meta device (a model built there to load a
+    checkpoint into), where the init's first call imports torch._dynamo: about a second of every load."""
+    if torch.empty(0).device.type == "meta":
+        return nn.Embedding(num, dim, _weight=torch.empty(num, dim))
+    return nn.Embedding(num, dim)
+
+
 class Decoder(nn.Module):
     def __init__(self, cfg: ModelConfig):
         super().__init__()
-        self.embed_tokens = nn.Embedding(cfg.vocab_size, cfg.hidden_size)
+        self.embed_tokens = new_embedding(cfg.vocab_size, cfg.hidden_size)
         self.layers = nn.ModuleList(DecoderLayer(cfg) for _ in range(cfg.num_hidden_layers))
         self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
 
