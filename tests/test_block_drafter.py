@@ -165,8 +165,9 @@ def test_native_draft_call_equals_the_pytorch_pipeline(tmp_path, target_dir, lay
         for (temps, noise), markov in itertools.product(((None, None), sampled), (True, False)):   # DSpark, DFlash
             for c in (cache, ref_cache):
                 c.lengths = [0, 0, 0]
-            rows, tokens, logits, q = native.draft_native(cache, feats, ctx_slots, ctx_pos, slots, pos0, block, n,
-                                                          anchors, markov, temps, noise)
+            hidden, tokens, logits, q = native.draft_native(cache, feats, ctx_slots, ctx_pos, slots, pos0, block, n,
+                                                            anchors, markov, temps, noise)
+            rows = native.draft_rows(hidden)
             ref_rows = reference.draft_rows(reference.forward_cached(ref_cache, feats, ctx_slots, ctx_pos, slots, pos0,
                                                                      block))
             chain = run_block_chain(reference.logits(ref_rows), anchors, reference.markov_head if markov else None,

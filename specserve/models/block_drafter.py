@@ -44,6 +44,11 @@ from .transformer import (ACTIVATIONS, DecoderLayer, RMSNorm, ServingWeights, fl
                           rms_norm)
 
 
+def _numpy(index: "torch.Tensor | np.ndarray") -> np.ndarray:
+    """An index array as numpy (the native forward's callers pass either)."""
+    return index if isinstance(index, np.ndarray) else index.numpy()
+
+
 class MarkovHead(nn.Module):
     """bias(prev) = markov_w2(markov_w1[prev]): a rank-r bigram correction of the draft logits."""
 
@@ -280,40 +285,41 @@ class BlockDrafter(nn.Module):
         key/value-only prefix rows. With `chain`, the same call also runs the lm_head over the draft
         rows and picks the drafts into it. Row indices are built in numpy (small torch ops cost µs)."""
         n_slots, nb = block_tokens.shape
-        starts = pos0.numpy()
+        starts = _numpy(pos0)
         positions = (starts[:, None] + np.arange(nb)).reshape(-1)
         row_slots = np.repeat(np.asarray(slots, dtype=np.int64), nb)
         key_len = np.repeat(starts + nb, nb)            # every block row sees the whole block
         n_ctx = 0 if ctx_feats is None else ctx_feats.shape[0]
         if n_ctx:
-            positions = np.concatenate([ctx_positions.numpy(), positions])
-            row_slots = np.concatenate([ctx_slots.numpy(), row_slots])
+            positions = np.concatenate([_numpy(ctx_positions), positions])
+            row_slots = np.concatenate([_numpy(ctx_slots), row_slots])
             key_len = np.concatenate([np.zeros(n_ctx, dtype=np.int64), key_len])
             ctx_feats = ctx_feats.float().contiguous()
         positions, row_slots, key_len = (torch.from_numpy(a) for a in (positions, row_slots, key_len))
         rope_rows = None
         if self._rope(int(starts.max()) + nb).rope_type == "dynamic":
             rope_rows = self._cos_sin(positions)
-        block_tokens = block_tokens.contiguous()
+        block_tokens = np.ascontiguousarray(_numpy(block_tokens), dtype=np.int64)
         keep: list = []
         attn = attention_rows(self.rope, row_slots, positions, key_len, cache, keep, rope_rows)
-        hidden = torch.empty(n_slots * nb, self.cfg.hidden_size, dtype=torch.float32)
+        hidden = torch.empty(n_slots, nb, self.cfg.hidden_size, dtype=torch.float32)
         step = capi.BlockDraft(n_ctx, ctx_feats.data_ptr() if n_ctx else None, self.packed_fc.struct,
-                               float32_copy(self.hidden_norm.weight).data_ptr(), n_slots, nb, block_tokens.data_ptr(),
-                               attn, hidden.data_ptr())
+                               float32_copy(self.hidden_norm.weight).data_ptr(), n_slots, nb,
+                               block_tokens.ctypes.data, attn, hidden.data_ptr())
         if chain is not None:
             chain.fill(step, 0 if self.config.layout == ANCHOR_FIRST else 1)
         library().ss_block_draft_forward(self.native.model_ref, ctypes.byref(step))
-        return hidden.view(n_slots, nb, -1)
+        return hidden
 
     def draft_native(self, cache, ctx_feats, ctx_slots, ctx_positions, slots, pos0, block_tokens, n_draft: int,
-                     anchors: torch.Tensor, markov: bool, temperatures=None, uniforms=None):
-        """The whole draft in one native call: (final-normed draft rows [S, n, H], tokens [S, n], logits
-        [S, n, V] after the Markov bias, q [S, n, V] of the sampled slots or None)."""
+                     anchors: np.ndarray, markov: bool, temperatures=None, uniforms=None):
+        """The whole draft in one native call: (the block's final-normed rows [S, nb, H], tokens [S, n],
+        logits [S, n, V] after the Markov bias, q [S, n, V] of the sampled slots or None). Index arrays
+        (slots, positions, block tokens, anchors) may be numpy arrays."""
         chain = NativeChain(len(slots), n_draft, self.shared.lm_head.shape[0], anchors,
                             self.markov_head if markov else None, temperatures, uniforms)
         hidden = self._forward_native(cache, ctx_feats, ctx_slots, ctx_positions, slots, pos0, block_tokens, chain)
-        return self.draft_rows(hidden)[:, :n_draft], chain.tokens, chain.logits, chain.q
+        return hidden, chain.tokens, chain.logits, chain.q
 
     # ------------------------------------------------------------------ training forward
     def forward_train(self, ctx_feats: torch.Tensor, anchors: torch.Tensor, block_tokens: torch.Tensor,

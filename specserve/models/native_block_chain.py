@@ -2,6 +2,7 @@
 kernel fills with the drafts and their logits, and the inputs of DSpark's Markov chain."""
 from __future__ import annotations
 
+import numpy as np
 import torch
 
 from ..kernels import capi
@@ -22,7 +23,8 @@ class NativeChain:
         self.n_draft = n_draft
         self.tokens = torch.empty(n_slots, n_draft, dtype=torch.int64)
         self.logits = torch.empty(n_slots, n_draft, vocab, dtype=torch.float32)
-        self.anchors = anchors.to(torch.int64).contiguous()
+        self.anchors = torch.from_numpy(np.ascontiguousarray(anchors, dtype=np.int64)) \
+            if isinstance(anchors, np.ndarray) else anchors.to(torch.int64).contiguous()
         self.w1 = self.w2t = None
         if markov_head is not None:
             self.w1, self.w2t = markov_head.native_weights()

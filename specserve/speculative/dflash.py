@@ -160,16 +160,18 @@ class DFlash(Proposer):
 
     # ------------------------------------------------------------------ drafting
     def _context(self, chunks: list[tuple[int, int, RowRange]]):
-        """(features [C, taps * H], slots [C], positions [C]) of the new context rows, or three Nones.
-        Index arrays are built in numpy: a draft call is short, and small torch ops cost µs each."""
+        """(features [C, taps * H], slots [C], positions [C]) of the new context rows, or three Nones; the
+        index arrays in numpy (a draft call is short, and each small torch op costs µs)."""
         if not chunks:
             return None, None, None
-        device = self.drafter.device
+        if len(chunks) == 1:            # the steady state: one slot's last verified rows
+            slot, pos0, rows = chunks[0]
+            return torch.cat(rows.rows(), dim=-1), np.full(rows.n, slot), np.arange(pos0, pos0 + rows.n)
         per_tap = zip(*(rows.rows() for _, _, rows in chunks))
-        feats = torch.cat([torch.cat(rows) if len(rows) > 1 else rows[0] for rows in per_tap], dim=-1)
+        feats = torch.cat([torch.cat(rows) for rows in per_tap], dim=-1)
         slots = np.concatenate([np.full(rows.n, slot, dtype=np.int64) for slot, _, rows in chunks])
         positions = np.concatenate([np.arange(pos0, pos0 + rows.n, dtype=np.int64) for _, pos0, rows in chunks])
-        return feats, torch.from_numpy(slots).to(device), torch.from_numpy(positions).to(device)
+        return feats, slots, positions
 
     def draft(self, requests: list[DraftRequest]) -> dict[int, Draft]:
         reqs, chunks = [], []
@@ -181,16 +183,17 @@ class DFlash(Proposer):
         if not reqs:
             return {}
         sampling = [self._samples(r) for r in reqs]
-        rows, chain = self._run_block(reqs, chunks, sampling)
+        hidden, chain = self._run_block(reqs, chunks, sampling)
         for r in reqs:     # context committed up to the anchor; the block's rows are dropped (the crop)
             self.cache.lengths[r.slot] = r.pos0
             self.slots[r.slot].pending = []
-        confidence = self._confidence(rows, chain)
-        lengths = self._choose_lengths(reqs, np.full(len(reqs), self.n_draft, dtype=np.int64), confidence)
+        confidence = self._confidence(hidden, chain)
+        lengths = None if confidence is None else \
+            self._choose_lengths(reqs, np.full(len(reqs), self.n_draft, dtype=np.int64), confidence)
         tokens = chain.tokens.tolist()
         out = {}
         for i, req in enumerate(reqs):
-            n = int(lengths[i])
+            n = self.n_draft if lengths is None else int(lengths[i])
             if n == 0 or n < self.n_min:
                 continue
             q = chain.q[i, :n] if sampling[i] else None
@@ -199,25 +202,29 @@ class DFlash(Proposer):
         return out
 
     def _run_block(self, reqs: list[DraftRequest], chunks, sampling: list[bool]):
-        """One draft forward for every slot: (the rows that give the drafts [S, n, H], BlockChain)."""
-        drafter, device = self.drafter, self.drafter.device
-        anchor_ids = np.array([r.id_last for r in reqs], dtype=np.int64)
+        """One draft forward for every slot: (the block's final-normed rows [S, nb, H], BlockChain)."""
+        drafter = self.drafter
+        anchors = np.array([r.id_last for r in reqs], dtype=np.int64)
         block = np.full((len(reqs), drafter.block_rows_for(self.n_draft)), self.mask_token_id, dtype=np.int64)
-        block[:, 0] = anchor_ids
-        anchors, block = torch.from_numpy(anchor_ids).to(device), torch.from_numpy(block).to(device)
-        pos0 = torch.from_numpy(np.array([r.pos0 for r in reqs], dtype=np.int64)).to(device)
+        block[:, 0] = anchors
+        pos0 = np.array([r.pos0 for r in reqs], dtype=np.int64)
         context, slots = self._context(chunks), [r.slot for r in reqs]
         temps = uniforms = None
         if any(sampling):
-            temps = torch.tensor([r.temperature if s else 0.0 for r, s in zip(reqs, sampling)], device=device)
+            temps = torch.tensor([r.temperature if s else 0.0 for r, s in zip(reqs, sampling)])
             uniforms = draft_uniforms([r.generator for r in reqs], sampling, self.n_draft)
         markov = drafter.markov_head if self.uses_markov else None
         if drafter.native is not None:      # one native call: layers, lm_head and chain
-            rows, tokens, logits, q = drafter.draft_native(self.cache, *context, slots, pos0, block, self.n_draft,
-                                                           anchors, markov is not None, temps, uniforms)
-            return rows, BlockChain(tokens, logits, anchors, q)
-        rows = drafter.draft_rows(drafter.forward_cached(self.cache, *context, slots, pos0, block))
-        return rows, run_block_chain(drafter.logits(rows), anchors, markov, temps, uniforms)
+            hidden, tokens, logits, q = drafter.draft_native(self.cache, *context, slots, pos0, block, self.n_draft,
+                                                             anchors, markov is not None, temps, uniforms)
+            return hidden, BlockChain(tokens, logits, torch.from_numpy(anchors), q)
+        device = drafter.device
+        feats, ctx_slots, ctx_positions = (None if a is None else torch.as_tensor(a, device=device) for a in context)
+        anchors, block, pos0 = (torch.from_numpy(a).to(device) for a in (anchors, block, pos0))
+        hidden = drafter.forward_cached(self.cache, feats, ctx_slots, ctx_positions, slots, pos0, block)
+        temps = None if temps is None else temps.to(device)
+        return hidden, run_block_chain(drafter.logits(drafter.draft_rows(hidden)[:, :self.n_draft]), anchors, markov,
+                                       temps, uniforms)
 
     def _samples(self, req: DraftRequest) -> bool:
         """Whether this slot's drafts are sampled (and carry q) rather than greedy."""
@@ -227,7 +234,7 @@ class DFlash(Proposer):
             return self.uses_markov
         return self.sample_mode == "sample"
 
-    def _confidence(self, rows: torch.Tensor, chain) -> np.ndarray | None:
+    def _confidence(self, hidden: torch.Tensor, chain) -> np.ndarray | None:
         """DFlash: the draft's top probability per position (temperature 1), used by p_min."""
         if self.p_min <= 0:
             return None

@@ -40,7 +40,8 @@ class DSpark(DFlash):
             raise OptionError(f"--spec-dspark-schedule needs a confidence head, and the DSpark draft "
                               f"{self.ctx.draft_model_dir} has none (--spec-schedule estimates from history)")
 
-    def _confidence(self, rows: torch.Tensor, chain) -> np.ndarray | None:
+    def _confidence(self, hidden: torch.Tensor, chain) -> np.ndarray | None:
         if self.drafter.confidence_head is None or (self.p_min <= 0 and not self.schedule):
             return None
+        rows = self.drafter.draft_rows(hidden)[:, :self.n_draft]
         return torch.sigmoid(self.drafter.confidence_logits(rows, chain.prev).float()).cpu().numpy()
