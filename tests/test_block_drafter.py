@@ -4,6 +4,7 @@ import itertools
 import json
 import shutil
 
+import numpy as np
 import pytest
 import torch
 
@@ -123,6 +124,7 @@ def test_teacher_forced_markov_equals_sequential_chain(tmp_path, target_dir, tar
             chain = run_block_chain(base, anchors, drafter.markov_head, temps, noise)
             forced, prev = teacher_forced_logits(base, anchors, chain.tokens, drafter.markov_head)
             assert torch.equal(prev, chain.prev)
+            assert np.array_equal(chain.prev_ids, prev.numpy())
             assert torch.allclose(forced, chain.logits, atol=1e-5)
             # the vectorised multi-slot chain equals a per-slot loop
             for s in range(3):
@@ -133,6 +135,19 @@ def test_teacher_forced_markov_equals_sequential_chain(tmp_path, target_dir, tar
                 assert torch.allclose(one.logits[0], chain.logits[s], atol=1e-5)
         greedy = run_block_chain(base, anchors, drafter.markov_head)
         assert torch.equal(greedy.tokens, greedy.logits.argmax(-1))          # T=0: argmax of the biased logits
+
+
+def test_serving_confidence_equals_the_head(tmp_path, target_dir, target):
+    """The serving path's confidences (numpy, the Markov feature folded into a per-token table) are the
+    confidence head's sigmoid, and follow its weights when they change."""
+    drafter = _markov_drafter(tmp_path, target_dir, target)
+    gen = torch.Generator().manual_seed(1)
+    rows, prev = torch.randn(3, 5, drafter.cfg.hidden_size, generator=gen), torch.randint(0, 320, (3, 5), generator=gen)
+    with torch.no_grad():
+        for _ in range(2):
+            expected = torch.sigmoid(drafter.confidence_logits(rows, prev).float()).numpy()
+            np.testing.assert_allclose(drafter.confidence(rows, prev), expected, atol=1e-5)
+            drafter.confidence_head.proj.bias.add_(0.5)
 
 
 @pytest.mark.skipif(kernels.requested() == "torch", reason="SPECSERVE_KERNELS=torch")

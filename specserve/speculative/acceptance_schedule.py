@@ -211,7 +211,7 @@ class AcceptanceScheduler:
         for i, (slot, d) in enumerate(zip(slots, drafts)):
             k = min(len(d.tokens), n)
             if d.confidence is not None:
-                confidence[i, :k] = np.asarray(d.confidence[:k].float().cpu(), dtype=np.float64)
+                confidence[i, :k] = np.asarray(d.confidence[:k], dtype=np.float64)
             else:
                 confidence[i, :k] = self.rate(slot)
         caps = np.asarray([min(len(d.tokens), n) for d in drafts])

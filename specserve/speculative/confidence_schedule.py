@@ -30,6 +30,9 @@ def schedule_prefix_lengths(confidence: np.ndarray, steps_per_second: Callable[[
     n_req, n = confidence.shape
     if n_req == 0 or n == 0:
         return np.zeros(n_req, dtype=np.int64)
+    if n_req == 1:
+        return np.array([_one_request_length(confidence[0], steps_per_second,
+                                             n if max_lengths is None else int(np.asarray(max_lengths).reshape(-1)[0]))])
     survival = np.cumprod(np.clip(confidence.astype(np.float64), 0.0, 1.0), axis=1)
     req, pos = np.meshgrid(np.arange(n_req), np.arange(n), indexing="ij")
     valid = survival > 0
@@ -50,3 +53,20 @@ def schedule_prefix_lengths(confidence: np.ndarray, steps_per_second: Callable[[
         best = throughput
         lengths[req[i]] += 1
     return lengths
+
+
+def _one_request_length(confidence: np.ndarray, steps_per_second: Callable[[int], float], cap: int) -> int:
+    """Algorithm 1 for a single request, in plain floats (the serving path at one slot runs it every step,
+    right after a forward, where each numpy call costs µs): its survival never grows along the draft, so
+    the descending order is the position order and the search is one pass over the prefix."""
+    best, expected, survival, length = steps_per_second(1), 1.0, 1.0, 0
+    for j in range(min(cap, len(confidence))):
+        survival *= min(max(float(confidence[j]), 0.0), 1.0)
+        if not survival > 0:
+            break
+        expected += survival
+        throughput = expected * steps_per_second(j + 2)
+        if not throughput > best:
+            break
+        best, length = throughput, j + 1
+    return length

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
 from ..sampling import draw_with_uniform
@@ -34,6 +35,11 @@ class BlockChain:
         """[S, n] the token each position was conditioned on (anchor, d_1..d_{n-1}); only the confidence
         head reads it, so it is not built for every draft."""
         return teacher_prev_tokens(self.anchors.to(torch.int64), self.tokens)
+
+    @property
+    def prev_ids(self) -> np.ndarray:
+        """`prev` as numpy (the serving path: numpy calls cost less than torch ones after a draft call)."""
+        return np.concatenate([self.anchors.numpy()[:, None], self.tokens.numpy()[:, :-1]], axis=1)
 
 
 def draft_uniforms(generators: list[torch.Generator | None], sampling: list[bool], n: int) -> torch.Tensor | None:
