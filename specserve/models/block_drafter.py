@@ -200,7 +200,7 @@ class BlockDrafter(nn.Module):
         confidences are a matrix-vector product and a gather in numpy: as PyTorch operations right after
         the draft call they cost 240 µs a draft at one slot."""
         w_hidden, per_token, bias = self._confidence_weights()
-        rows = hidden_rows if isinstance(hidden_rows, np.ndarray) else hidden_rows.detach().float().numpy()
+        rows = hidden_rows if isinstance(hidden_rows, np.ndarray) else hidden_rows.detach().float().cpu().numpy()
         logits = rows @ w_hidden + bias
         if per_token is not None:
             logits += per_token[np.asarray(prev_tokens)]
@@ -214,10 +214,10 @@ class BlockDrafter(nn.Module):
         key = tuple((t.data_ptr(), t._version) for t in (proj.weight, proj.bias, w1) if t is not None)
         cached = getattr(self, "_confidence_cache", None)
         if cached is None or cached[0] != key:
-            w = proj.weight.detach().float()[0]
+            w = proj.weight.detach().float().cpu()[0]
             hidden = self.cfg.hidden_size
-            per_token = None if w1 is None else (w1.detach().float() @ w[hidden:]).numpy()
-            cached = (key, w[:hidden].numpy().copy(), per_token, float(proj.bias.detach().float()[0]))
+            per_token = None if w1 is None else (w1.detach().float().cpu() @ w[hidden:]).numpy()
+            cached = (key, w[:hidden].numpy().copy(), per_token, float(proj.bias.detach()[0]))
             self._confidence_cache = cached
         return cached[1:]
 

@@ -240,7 +240,7 @@ class DFlash(Proposer):
             return None
         return torch.softmax(chain.logits, dim=-1).amax(dim=-1).cpu().numpy()
 
-    def _choose_lengths(self, reqs, lengths: np.ndarray, confidence: np.ndarray | None) -> np.ndarray:
-        if confidence is not None and self.p_min > 0:
+    def _choose_lengths(self, reqs, lengths: np.ndarray, confidence: np.ndarray) -> np.ndarray:
+        if self.p_min > 0:
             lengths = np.minimum(lengths, confident_prefix_lengths(confidence, self.p_min))
         return lengths

@@ -43,5 +43,5 @@ class DSpark(DFlash):
     def _confidence(self, hidden: torch.Tensor, chain) -> np.ndarray | None:
         if self.drafter.confidence_head is None or (self.p_min <= 0 and not self.schedule):
             return None
-        rows = self.drafter.draft_rows(hidden.numpy())[:, :self.n_draft]
-        return self.drafter.confidence(rows, chain.prev_ids)
+        rows = self.drafter.draft_rows(hidden.detach().float().cpu().numpy())[:, :self.n_draft]
+        return self.drafter.confidence(rows, chain.prev)

@@ -31,15 +31,10 @@ class BlockChain:
     q: torch.Tensor | None = None    # [S, n, V] the distributions the sampled slots drew from
 
     @property
-    def prev(self) -> torch.Tensor:
-        """[S, n] the token each position was conditioned on (anchor, d_1..d_{n-1}); only the confidence
-        head reads it, so it is not built for every draft."""
-        return teacher_prev_tokens(self.anchors.to(torch.int64), self.tokens)
-
-    @property
-    def prev_ids(self) -> np.ndarray:
-        """`prev` as numpy (the serving path: numpy calls cost less than torch ones after a draft call)."""
-        return np.concatenate([self.anchors.numpy()[:, None], self.tokens.numpy()[:, :-1]], axis=1)
+    def prev(self) -> np.ndarray:
+        """[S, n] the token each position was conditioned on (anchor, d_1..d_{n-1}), as numpy: only the
+        confidence head reads it, on the serving path, where numpy calls cost less than torch ones."""
+        return np.concatenate([self.anchors.cpu().numpy()[:, None], self.tokens.cpu().numpy()[:, :-1]], axis=1)
 
 
 def draft_uniforms(generators: list[torch.Generator | None], sampling: list[bool], n: int) -> torch.Tensor | None:
