@@ -70,29 +70,26 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "set, after the one prompt (0: skip the set)")
 
 
-def _run_once(model, spec_type, draft_model, prompt, n_predict, extra):
-    engine, tokenizer = load_engine(model, draft_model, spec_type, **extra)
-    params = SamplingParams(temperature=0, max_tokens=n_predict, ignore_eos=True)
-    engine.add_request(Request("warmup", tokenizer.encode(prompt)[:16], SamplingParams(temperature=0, max_tokens=4)))
-    while engine.has_work():
-        engine.step()
-    request = Request("demo", tokenizer.encode(prompt), params)
+def _greedy(engine, request_id: str, prompt_ids: list[int], n_predict: int) -> Request:
+    """One greedy request run to the end on the engine, alone."""
+    request = Request(request_id, prompt_ids, SamplingParams(temperature=0, max_tokens=n_predict, ignore_eos=True))
     engine.add_request(request)
     while not request.finished:
         engine.step()
-    return engine, tokenizer, request
+    return request
+
+
+def _run_once(model, spec_type, draft_model, prompt, n_predict, extra):
+    engine, tokenizer = load_engine(model, draft_model, spec_type, **extra)
+    _greedy(engine, "warmup", tokenizer.encode(prompt)[:16], 4)
+    return engine, tokenizer, _greedy(engine, "demo", tokenizer.encode(prompt), n_predict)
 
 
 def _run_set(engine, tokenizer, prompts: list[str], n_predict: int) -> tuple[float, list[str]]:
     """(decode tokens per second, the texts) over the prompts, one after another on the warmed-up engine."""
     tokens, ms, texts = 0, 0.0, []
     for i, prompt in enumerate(prompts):
-        request = Request(f"set-{i}", tokenizer.encode(prompt),
-                          SamplingParams(temperature=0, max_tokens=n_predict, ignore_eos=True))
-        engine.add_request(request)
-        while not request.finished:
-            engine.step()
-        out = request.snapshot()
+        out = _greedy(engine, f"set-{i}", tokenizer.encode(prompt), n_predict).snapshot()
         tokens, ms = tokens + out.timings["predicted_n"], ms + out.timings["predicted_ms"]
         texts.append(out.text)
     return (1000 * tokens / ms if ms else 0.0), texts
