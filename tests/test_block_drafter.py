@@ -152,8 +152,9 @@ def test_serving_confidence_equals_the_head(tmp_path, target_dir, target):
 @pytest.mark.skipif(kernels.requested() == "torch", reason="SPECSERVE_KERNELS=torch")
 @pytest.mark.parametrize("layout", [ANCHOR_FIRST, BONUS_ANCHOR])
 def test_native_draft_call_equals_the_pytorch_pipeline(tmp_path, target_dir, layout):
-    """One native call (layers, lm_head, Markov chain) gives the drafts, logits and rows of the PyTorch
-    pipeline forward_cached -> lm_head -> run_block_chain, greedy and sampled, for slots with context."""
+    """One native call (layers, lm_head, Markov chain, confidence head) gives the drafts, logits, rows and
+    confidences of the PyTorch pipeline forward_cached -> lm_head -> run_block_chain -> confidence, greedy and
+    sampled, for slots with context."""
     d = write_block_drafter(tmp_path / "d", target_dir, "specserve", block_size=6, layout=layout, **DSPARK)
     with torch.no_grad():       # round the Markov head to bfloat16 values: the kernel reads W2 in bfloat16
         native = load_block_drafter(d, CausalLM.from_pretrained(target_dir))
@@ -179,8 +180,9 @@ def test_native_draft_call_equals_the_pytorch_pipeline(tmp_path, target_dir, lay
         for (temps, noise), markov in itertools.product(((None, None), sampled), (True, False)):   # DSpark, DFlash
             for c in (cache, ref_cache):
                 c.lengths = [0, 0, 0]
-            hidden, tokens, logits, q = native.draft_native(cache, feats, ctx_slots, ctx_pos, slots, pos0, block, n,
-                                                            anchors, markov, temps, noise)
+            hidden, tokens, logits, q, confidence = native.draft_native(cache, feats, ctx_slots, ctx_pos, slots, pos0,
+                                                                        block, n, anchors, markov, temps, noise,
+                                                                        confidence=markov)
             rows = native.draft_rows(hidden)
             ref_rows = reference.draft_rows(reference.forward_cached(ref_cache, feats, ctx_slots, ctx_pos, slots, pos0,
                                                                      block))
@@ -191,6 +193,10 @@ def test_native_draft_call_equals_the_pytorch_pipeline(tmp_path, target_dir, lay
             assert torch.equal(tokens, chain.tokens)
             if noise is not None:           # the distributions drawn from, which the verifier receives
                 torch.testing.assert_close(q, chain.q, atol=1e-6, rtol=1e-4)
+            if markov:                      # the confidence head, evaluated inside the same call
+                np.testing.assert_allclose(confidence, reference.confidence(ref_rows.float(), chain.prev), atol=1e-5)
+            else:
+                assert confidence is None
 
 
 def test_chain_samples_from_q(tmp_path, target_dir, target):

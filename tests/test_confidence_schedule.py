@@ -46,3 +46,42 @@ def test_step_cost_table():
     assert t.steps_per_second(16) == pytest.approx(1 / 0.040)   # linear growth past the table
     with pytest.raises(OptionError, match="matching, positive"):
         StepCostTable([1, 2], [0.1])
+
+
+def _algorithm_1_numpy(confidence, steps_per_second, max_lengths):
+    """Algorithm 1 written directly from the paper with numpy: every candidate's survival, one sort,
+    admit while the throughput improves."""
+    n_req, n = confidence.shape
+    survival = np.cumprod(np.clip(confidence.astype(np.float64), 0.0, 1.0), axis=1)
+    req, pos = np.meshgrid(np.arange(n_req), np.arange(n), indexing="ij")
+    valid = (survival > 0) & (pos < max_lengths.reshape(-1, 1))
+    a, req, pos = survival[valid], req[valid], pos[valid]
+    order = np.lexsort((pos, req, -a))
+    lengths, best, expected = np.zeros(n_req, dtype=np.int64), n_req * steps_per_second(n_req), float(n_req)
+    for i, (a_i, r) in enumerate(zip(a[order], req[order])):
+        expected += a_i
+        throughput = expected * steps_per_second(n_req + i + 1)
+        if not throughput > best:
+            break
+        best = throughput
+        lengths[r] += 1
+    return lengths
+
+
+def test_algorithm_1_equals_the_numpy_formulation_on_random_cases():
+    rng = np.random.default_rng(0)
+    for _ in range(3000):
+        n_req, n = int(rng.integers(1, 6)), int(rng.integers(1, 9))
+        conf = rng.random((n_req, n))
+        if rng.random() < 0.3:
+            conf = np.round(conf, 1)            # ties in survival
+        if rng.random() < 0.1:
+            conf[rng.integers(n_req), rng.integers(n)] = 0.0
+        if rng.random() < 0.1:
+            conf = conf.astype(np.float32)
+        base, slope = 1e-3 * (0.5 + rng.random()), 1e-5 * rng.random() * 20
+        sps = lambda rows: 1.0 / (base + slope * rows)   # noqa: E731
+        caps = rng.integers(0, n + 2, size=n_req)
+        expected = _algorithm_1_numpy(conf, sps, caps)
+        assert schedule_prefix_lengths(conf, sps, caps).tolist() == expected.tolist()
+        assert schedule_prefix_lengths(conf.tolist(), sps, caps.tolist()).tolist() == expected.tolist()

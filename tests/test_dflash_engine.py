@@ -103,12 +103,12 @@ def test_p_min_truncates_blocks(tiny_qwen3, reference, bigram_dspark):
         head.weight.zero_()
         head.weight[0, 64 + 0] = 1.0           # the Markov feature of prev token 0 (identity w1)
         head.bias.fill_(-3.0)
-    conf = proposer._confidence(torch.zeros(1, 3, 64), type("C", (), {"prev": np.array([[0, 0, 5]])})())
+    conf = proposer._confidence(torch.zeros(1, 3, 64), type("C", (), {"prev": np.array([[0, 0, 5]]), "confidence": None})())
     lengths = proposer._choose_lengths([None], np.array([3]), conf)
     assert lengths.tolist() == [0]
     with torch.no_grad():
         head.bias.fill_(-0.5)                 # conf: prev 0 -> 0.62, prev 5 -> 0.38
-    conf = proposer._confidence(torch.zeros(1, 3, 64), type("C", (), {"prev": np.array([[0, 0, 5]])})())
+    conf = proposer._confidence(torch.zeros(1, 3, 64), type("C", (), {"prev": np.array([[0, 0, 5]]), "confidence": None})())
     assert proposer._choose_lengths([None], np.array([3]), conf).tolist() == [2]
 
 

@@ -66,7 +66,7 @@ def test_drafting_stops_when_it_cannot_pay_for_itself():
             sched.observe(slot, 3, 3)
     assert all(sched.drafting_slots(slots, caps) == slots for _ in range(20))
     for slot in range(4):                                            # the drafts stop being accepted
-        for _ in range(40):
+        for _ in range(100):
             sched.observe(slot, 3, 0)
     decisions = [sched.drafting_slots(slots, caps) for _ in range(EXPLORE_EVERY * 15)]
     first_no = decisions.index([])
@@ -91,7 +91,7 @@ def test_drafting_stops_when_it_cannot_pay_for_itself():
             sched.observe(slot, 3, 3)
     assert all(d == slots for d in [sched.drafting_slots(slots, caps) for _ in range(40)][DECIDE_EVERY:])
     # a draft call as slow as 100 steps could not pay even for perfect drafts: no exploring at all
-    sched.draft_seconds[4] = 1.0
+    sched.draft_cost.steady[(4, 3)] = 1.0
     sched.observe(0, 3, 3)
     decisions = [sched.drafting_slots(slots, caps) for _ in range(EXPLORE_EVERY * 15)]
     assert sched.upside == 0 and not any(decisions[DECIDE_EVERY:])
@@ -110,7 +110,7 @@ def test_draft_time_comes_from_steady_calls_and_each_larger_slot_count_is_measur
     sched.drafting_slots([0, 1], [3, 3])
     sched.note_draft_time(0.009, 2)                                  # a slower call moves it a little
     assert 0.002 < sched.draft_time(2) < 0.003
-    sched.draft_seconds[2] = 0.002
+    sched.draft_cost.steady[(2, 3)] = 0.002
     # one slot: priced as the smallest measured count (a call for fewer slots costs no more)
     assert sched.draft_time(1) == 0.002
     # four slots: not scaled up from two (batched drafting is cheap), measured with every slot drafting
@@ -146,6 +146,46 @@ def test_an_exploring_step_spaces_the_next_by_what_it_cost():
     other = sched.other_seconds
     sched.note_step(1.0, 4, 4, 0.0, with_prompt=True)
     assert sched.other_seconds == other
+
+
+def test_the_draft_length_is_where_drafting_pays_best():
+    """At many slots a long draft costs more to draft and verify than its tail brings: the scheduler
+    drafts fewer tokens; at one slot, where rows are nearly free, the longest."""
+    table = StepCostTable([1, 64], [0.001, 0.001 + 63 * 0.00005])
+    sched = AcceptanceScheduler(4, 6, table)
+    slots, caps = [0, 1, 2, 3], [6] * 4
+    for _ in range(2):                          # measured at the longest length first
+        assert sched.drafting_slots(slots, caps) == [0, 1, 2, 3] and sched.draft_length == 6
+        sched.note_draft_time(0.0001 * 7, 4)    # a draft costs 0.1 ms per row (the anchor and the drafts)
+    for slot in range(4):
+        for _ in range(20):
+            sched.observe(slot, 3, 2)           # ~0.7 of the tokens reached are accepted
+    decisions = [sched.drafting_slots(slots, caps) for _ in range(2 * DECIDE_EVERY)]
+    assert decisions[-1] == slots and 1 < sched.draft_length < 6 and sched.draft_length == sched.paying_length
+    # one slot where rows are nearly free, to verify and to draft: the whole draft
+    one = AcceptanceScheduler(1, 6, StepCostTable([1, 64], [0.001, 0.001 + 63 * 0.00001]))
+    for _ in range(2):
+        one.drafting_slots([0], [6])
+        one.note_draft_time(0.00002 * 7, 1)
+    for _ in range(20):
+        one.observe(0, 3, 2)
+    assert [one.drafting_slots([0], [6]) for _ in range(2 * DECIDE_EVERY)][-1] == [0] and one.draft_length == 6
+
+
+def test_a_reused_no_is_known_before_the_requests_are_built():
+    sched = AcceptanceScheduler(4, 3, StepCostTable([1, 64], [0.01, 0.04]))
+    slots, caps = [0, 1, 2, 3], [3] * 4
+    assert not sched.skips(4)                                    # nothing measured yet: every slot drafts
+    _measure(sched, slots, caps, 0.05)                           # a draft call as slow as 5 steps
+    assert sched.drafting_slots(slots, caps) == [] and sched.last_decision is False
+    n = sched.n_decisions
+    skipped = [sched.skips(4) for _ in range(EXPLORE_EVERY)]
+    assert sched.n_decisions == n + sum(skipped) and not sched.steady
+    # every step but the exploring one (the first due after EXPLORE_EVERY) is skipped
+    assert skipped.count(False) <= 1
+    if False in skipped:
+        assert sched.drafting_slots(slots, caps) != []           # ... which explores
+    assert not sched.skips(3)                                    # a new slot count is decided afresh
 
 
 def test_attention_groups_split_a_long_segment_from_one_row_slots():
@@ -263,12 +303,33 @@ def test_schedule_profiles_the_target_when_no_table_is_given(models):
     assert np.all(np.diff(table.seconds) >= 0)
 
 
+@pytest.mark.parametrize("spec_type", ["draft-simple", "draft-eagle3", "draft-mtp", "draft-dflash"])
+def test_model_drafters_draft_only_the_scheduled_length(models, spec_type, monkeypatch):
+    """The scheduler's draft length reaches the drafters: chains stop, and a block drafter drafts a
+    shorter block, at it (a shorter draft costs less); the output is unchanged."""
+    def pays_at_two(self, slots, caps):
+        self.paying_length = 2
+        return True
+
+    monkeypatch.setattr(AcceptanceScheduler, "_drafting_pays", pays_at_two)
+    model, extra = _config(models, spec_type)
+    reference = [o.token_ids for o in LLM(model, n_parallel=3).generate(PROMPTS, GREEDY)]
+    llm = LLM(model, spec_type=spec_type, n_parallel=3, spec_schedule=True, **extra)
+    proposer = llm.engine.driver.proposers[0]
+    longest = []
+    draft = proposer.draft
+    monkeypatch.setattr(proposer, "draft", lambda requests: longest.append(
+        max(len(d.tokens) for d in drafts.values()) if (drafts := draft(requests)) else 0) or drafts)
+    assert [o.token_ids for o in llm.generate(PROMPTS, GREEDY)] == reference
+    assert longest[:2] == [4, 4] and max(longest[2:]) == 2    # the first two calls measure the longest drafts
+
+
 @pytest.mark.parametrize("spec_type", ["ngram-simple", "draft-simple", "draft-eagle3", "draft-mtp", "draft-dflash"])
 def test_steps_without_drafting_stay_lossless(models, spec_type, monkeypatch):
     """Drafting skipped for most steps (a draft call priced at a second) and resumed every
     EXPLORE_EVERY-th: the drafters catch up on the skipped context and the output is unchanged."""
     def a_second(self, seconds, n_slots):
-        self.draft_seconds[n_slots] = 1.0
+        self.draft_cost.note(1.0, n_slots, self.draft_length, steady=True)
 
     monkeypatch.setattr(AcceptanceScheduler, "note_draft_time", a_second)
     model, extra = _config(models, spec_type)

@@ -184,6 +184,8 @@ class Engine:
 
     def _draft(self, generating: list[Request]) -> dict[int, Draft]:
         """Drafts for the generating slots, each capped by its context and max_tokens."""
+        if self.driver.skips_drafting(len(generating)):
+            return {}
         requests = []
         for r in generating:
             n_max = self.ctx_size - r.n_cached - 2

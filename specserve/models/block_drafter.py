@@ -339,14 +339,16 @@ class BlockDrafter(nn.Module):
         return hidden
 
     def draft_native(self, cache, ctx_feats, ctx_slots, ctx_positions, slots, pos0, block_tokens, n_draft: int,
-                     anchors: np.ndarray, markov: bool, temperatures=None, uniforms=None):
+                     anchors: np.ndarray, markov: bool, temperatures=None, uniforms=None, confidence: bool = False):
         """The whole draft in one native call: (the block's final-normed rows [S, nb, H], tokens [S, n],
-        logits [S, n, V] after the Markov bias, q [S, n, V] of the sampled slots or None). Index arrays
-        (slots, positions, block tokens, anchors) may be numpy arrays."""
+        logits [S, n, V] after the Markov bias, q [S, n, V] of the sampled slots or None, the confidence
+        head's predictions [S, n] (numpy) when `confidence`, else None). Index arrays (slots, positions,
+        block tokens, anchors) may be numpy arrays."""
         chain = NativeChain(len(slots), n_draft, self.shared.lm_head.shape[0], anchors,
-                            self.markov_head if markov else None, temperatures, uniforms)
+                            self.markov_head if markov else None, temperatures, uniforms,
+                            self._confidence_weights() if confidence else None)
         hidden = self._forward_native(cache, ctx_feats, ctx_slots, ctx_positions, slots, pos0, block_tokens, chain)
-        return hidden, chain.tokens, chain.logits, chain.q
+        return hidden, chain.tokens, chain.logits, chain.q, chain.confidence
 
     # ------------------------------------------------------------------ training forward
     def forward_train(self, ctx_feats: torch.Tensor, anchors: torch.Tensor, block_tokens: torch.Tensor,

@@ -16,10 +16,12 @@ class NativeChain:
     """Outputs tokens [S, n] and logits [S, n, V] (Markov-biased when a head is given) of one draft call.
 
     temperatures [S] and uniforms [S, n] (both or neither) make slots with T > 0 sample; their q [S, n, V]
-    (the distributions drawn from) is filled too."""
+    (the distributions drawn from) is filled too. With confidence_weights the confidence head's
+    predictions [S, n] (numpy) are filled as well."""
 
     def __init__(self, n_slots: int, n_draft: int, vocab: int, anchors: torch.Tensor, markov_head=None,
-                 temperatures: torch.Tensor | None = None, uniforms: torch.Tensor | None = None):
+                 temperatures: torch.Tensor | None = None, uniforms: torch.Tensor | None = None,
+                 confidence_weights: tuple | None = None):
         self.n_draft = n_draft
         self.tokens = torch.empty(n_slots, n_draft, dtype=torch.int64)
         self.logits = torch.empty(n_slots, n_draft, vocab, dtype=torch.float32)
@@ -31,6 +33,9 @@ class NativeChain:
         self.temperatures = None if uniforms is None else temperatures.float().contiguous()
         self.uniforms = None if uniforms is None else uniforms.double().contiguous()
         self.q = None if uniforms is None else torch.empty(n_slots, n_draft, vocab, dtype=torch.float32)
+        # DSpark's confidence head: (w over the draft row, per-token Markov term or None, bias), float32 numpy
+        self.confidence_weights = confidence_weights
+        self.confidence = None if confidence_weights is None else np.empty((n_slots, n_draft), dtype=np.float32)
 
     def fill(self, step: capi.BlockDraft, first_draft_row: int) -> None:
         step.first_draft_row, step.n_draft = first_draft_row, self.n_draft
@@ -39,3 +44,7 @@ class NativeChain:
         step.rank = 0 if self.w1 is None else self.w1.shape[1]
         step.anchors = self.anchors.data_ptr()
         step.temperature, step.uniforms, step.q = _ptr(self.temperatures), _ptr(self.uniforms), _ptr(self.q)
+        if self.confidence is not None:
+            w, per_token, bias = self.confidence_weights
+            step.conf_w, step.conf_bias, step.confidence = w.ctypes.data, bias, self.confidence.ctypes.data
+            step.conf_per_token = None if per_token is None else per_token.ctypes.data

@@ -30,20 +30,27 @@ bring over plain decoding in a run of well predicted text (speedup at GOOD_RATE,
 a loop the model falls into is drafted almost perfectly) and little where it could win little (a
 slow drafter at high concurrency); where it could not win at all, there is none.
 
-The draft time is measured per number of drafting slots, from steady calls only: a call in which
-every slot also drafted the step before (a call that first catches a slot up on its prompt or on
-skipped steps says little about the next ones). A slot count without a steady measurement is
-measured first when no larger count is: its first steps draft for every slot (the first catches
-up, the next is steady); between measured counts the time is interpolated. Batched
-drafting is cheap: a draft call for 4 slots costs 1.1-1.9x one for 1 slot on the bundled model,
-so a larger count has to be measured, not scaled from a smaller one.
+The decision also picks the draft length: for model drafters, whose draft call costs more the more
+tokens it drafts, the expected speedup is worked out at each candidate length with the measured
+draft time at that length (draft_cost.py), and the best length goes to the drafters with the
+requests (`DraftRequest.n_scheduled`: chains stop there, a block drafter drafts a shorter block).
+At 4 slots on the bundled model Algorithm 1 keeps 2-3 tokens of a DSpark block of 6, whose second
+half costs as much to draft as the first. A slot count without a steady draft-time measurement is
+measured first, at the longest length, when no larger count is: its first steps draft for every slot
+(the first catches up, the next is steady).
+
+A step whose answer is a reused "no" is known before the slots' draft requests are built
+(`skips`): the engine skips building them, which at many slots is most steps.
 """
 from __future__ import annotations
+
+import math
 
 import numpy as np
 
 from .base import Draft
 from .confidence_schedule import schedule_prefix_lengths
+from .draft_cost import DraftCost
 from .step_cost import StepCostTable
 
 PRIOR = 0.5          # acceptance chance assumed before any observation ...
@@ -56,18 +63,23 @@ DECIDE_EVERY = 4     # the draft-or-not decision is re-evaluated every this many
 
 
 class AcceptanceScheduler:
-    def __init__(self, n_slots: int, n_positions: int, cost_table: StepCostTable):
+    def __init__(self, n_slots: int, n_positions: int, cost_table: StepCostTable, choose_length: bool = True):
         self.cost_table = cost_table
         self.n_positions = max(1, n_positions)
+        # the draft lengths weighed (draft_cost.py): all up to 8, then a geometric few; only the longest
+        # for drafters whose draft costs the same at any length (the n-gram ones)
+        self.candidate_lengths = sorted({n for n in (1, 2, 3, 4, 5, 6, 7, 8, 12, 16, 24, 32, 48)
+                                         if n < self.n_positions} | {self.n_positions}) \
+            if choose_length else [self.n_positions]
         # per slot, decayed counts of draft tokens accepted / tried (a tried token was reached:
         # every draft token before it was accepted); rows n_slots and n_slots + 1 pool the slots'
         # greedy and sampled requests, where new requests of that kind start (acceptance at T > 0
         # is much lower than at T=0)
-        self.accepted = np.zeros(n_slots + 2)
-        self.tried = np.zeros(n_slots + 2)
+        # (plain lists: every step reads a few of them, where numpy scalars cost µs)
+        self.accepted = [0.0] * (n_slots + 2)
+        self.tried = [0.0] * (n_slots + 2)
         self.pool = [n_slots] * n_slots                      # each slot's pooled row
-        self.draft_seconds: dict[int, float] = {}            # drafting slots -> running mean of a steady call
-        self.unsteady_seconds: dict[int, float] = {}         # ... the fastest catch-up call, until one is steady
+        self.draft_cost = DraftCost()                        # measured draft calls by (slots, length)
         self.other_seconds = 0.0                             # running mean of the rest of a step
         self.last_drafted = [-1] * n_slots                   # decision number of each slot's last draft
         self.n_decisions = 0
@@ -75,6 +87,8 @@ class AcceptanceScheduler:
         self.next_explore = 0
         self.upside = 1.0                                    # speedup at GOOD_RATE, less 1 (worked out with "pays")
         self.exploring = False                               # this step explores
+        self.draft_length = self.n_positions                 # how many tokens this step's drafts need at most
+        self.paying_length = self.n_positions                # ... when drafting (worked out with "pays")
         self.elapsed = 0.0                                   # seconds of all steps noted
         self.explore_ready_at = 0.0                          # ... before which no exploration starts
         self.last_decision: bool | None = None              # None: not worked out yet
@@ -90,7 +104,7 @@ class AcceptanceScheduler:
         """The rate one standard error up: drafting is how the estimate learns, not drafting teaches
         nothing, so a thin history should not stop it."""
         r, n = self.rate(slot), self.tried[slot] + PRIOR_WEIGHT
-        return min(0.99, r + float(np.sqrt(r * (1 - r) / n)))
+        return min(0.99, r + math.sqrt(r * (1 - r) / n))
 
     def begin(self, slot: int, sampled: bool = False) -> None:
         """A new request in `slot`: its estimate starts from the requests of its kind (greedy or sampled)."""
@@ -101,30 +115,12 @@ class AcceptanceScheduler:
         self.last_drafted[slot] = -1            # its first draft catches up on the prompt
 
     def note_draft_time(self, seconds: float, n_slots: int) -> None:
-        """A draft call for n_slots slots took `seconds`. Steady calls (self.steady) make a running mean;
-        a catch-up call only stands in, as an upper bound, while the count has no steady one."""
-        if self.steady:
-            known = self.draft_seconds.get(n_slots, seconds)
-            weight = 0.5 if seconds < known else 0.1        # the first calls run slow (cold caches), spikes happen
-            self.draft_seconds[n_slots] = (1 - weight) * known + weight * seconds
-        elif n_slots not in self.draft_seconds:
-            self.unsteady_seconds[n_slots] = min(seconds, self.unsteady_seconds.get(n_slots, seconds))
+        """This step's draft call, for n_slots slots at self.draft_length, took `seconds` (draft_cost.py)."""
+        self.draft_cost.note(seconds, n_slots, self.draft_length, self.steady)
 
-    def draft_time(self, n_slots: int) -> float:
-        """Estimated draft call for n_slots slots (0 before any was measured): the steady measurement,
-        else a catch-up call's, else between the nearest measured counts (a larger count costing at
-        least a smaller one's), else the nearest count's."""
-        known = {**self.unsteady_seconds, **self.draft_seconds}
-        if not known or n_slots <= 0:
-            return 0.0
-        if n_slots in known:
-            return known[n_slots]
-        below = [k for k in known if k < n_slots]
-        above = [k for k in known if k > n_slots]
-        if below and above:
-            lo, hi = max(below), min(above)
-            return known[lo] + (known[hi] - known[lo]) * (n_slots - lo) / (hi - lo)
-        return known[max(below)] if below else known[min(above)]
+    def draft_time(self, n_slots: int, length: int | None = None) -> float:
+        """Estimated draft call for n_slots slots and drafts of `length` tokens (default: the longest)."""
+        return self.draft_cost.seconds(n_slots, self.n_positions if length is None else length)
 
     def note_step(self, seconds: float, rows: int, base_rows: int, draft_seconds: float,
                   with_prompt: bool = False) -> None:
@@ -147,30 +143,56 @@ class AcceptanceScheduler:
             self.explore_ready_at = self.elapsed + cost / budget if budget > 0 else float("inf")
             self.exploring = False
 
+    def skips(self, n_slots: int) -> bool:
+        """Whether this step is known not to draft before asking which slots do: the answer for this
+        many slots is a reused "no" (no exploring, no new decision due). The step counts as decided;
+        the engine then skips building the slots' draft requests (at many slots most steps are these)."""
+        if self._due(n_slots) != "reuse" or self.last_decision:
+            return False
+        self.n_decisions += 1
+        self.steady = False
+        return True
+
+    def _due(self, n_slots: int) -> str:
+        """What the next decision for n_slots slots does: "measure" (draft for every slot: this many
+        slots' draft call is not measured yet; fewer do not say), "explore", "reuse" the last answer
+        (nothing new to decide on) or "decide"."""
+        n = self.n_decisions + 1
+        if n_slots > self.draft_cost.most_slots:
+            return "measure"
+        if self.last_decision is False and self.upside > 0 and n >= self.next_explore and \
+                self.elapsed >= self.explore_ready_at:
+            return "explore"
+        if self.last_decision is not None and self.decided_for[0] == n_slots and \
+                (n % DECIDE_EVERY or self.decided_for[1] == self.n_observed):
+            return "reuse"
+        return "decide"
+
     def drafting_slots(self, slots: list[int], caps: list[int]) -> list[int]:
         """Which of these slots draft this step (indices into `slots`): all of them while this slot
         count's draft call is not measured yet, or while drafting is expected to pay for the draft
         call itself (the expected tokens per second of a step that drafts and verifies what `lengths`
-        would keep at each slot's estimated rate, against a step that only decodes); none while it
-        is not, except for exploring steps (module docstring). The answer is worked out again when
-        the number of slots changes, and every DECIDE_EVERY steps when there are new observations;
-        in between it is reused."""
+        would keep at each slot's estimated rate, against a step that only decodes, at the draft
+        length where that is best); none while it is not, except for exploring steps (module
+        docstring). The answer is worked out again when the number of slots changes, and every
+        DECIDE_EVERY steps when there are new observations; in between it is reused."""
+        due = self._due(len(slots))
         self.n_decisions += 1
         chosen = list(range(len(slots)))
-        if len(slots) > max(self.draft_seconds, default=0):
-            pass                                # measure calls for this many slots (fewer do not say)
-        elif (self.last_decision is False and self.upside > 0 and self.n_decisions >= self.next_explore
-              and self.elapsed >= self.explore_ready_at):
+        self.draft_length = self.paying_length
+        if due == "measure":
+            self.draft_length = self.n_positions
+        elif due == "explore":
             self.next_explore = self.n_decisions + EXPLORE_EVERY
             self.exploring = True
             chosen = [max(range(len(slots)), key=lambda i: self.last_drafted[slots[i]])]
-        elif (self.last_decision is not None and self.decided_for[0] == len(slots)
-              and (self.n_decisions % DECIDE_EVERY or self.decided_for[1] == self.n_observed)):
-            chosen = chosen if self.last_decision else []       # nothing new to decide on
+        elif due == "reuse":
+            chosen = chosen if self.last_decision else []
         else:
             self.decided_for = (len(slots), self.n_observed)
             was = self.last_decision
             self.last_decision = self._drafting_pays(slots, caps)
+            self.draft_length = self.paying_length
             if not self.last_decision:
                 if was is not False:            # drafting just stopped paying: explore after EXPLORE_EVERY steps
                     self.next_explore = self.n_decisions + EXPLORE_EVERY
@@ -183,39 +205,40 @@ class AcceptanceScheduler:
     def _drafting_pays(self, slots: list[int], caps: list[int]) -> bool:
         """Whether drafting is expected to pay at the slots' (optimistic) rates; also prices what it
         would bring in a run of well predicted text (GOOD_RATE), which sets the exploring budget."""
-        rates = np.asarray([self.optimistic_rate(s) for s in slots])
-        self.upside = max(0.0, self._speedup(np.full(len(slots), GOOD_RATE), [self.n_positions] * len(slots)) - 1.0)
-        return self._speedup(rates, caps) > 1.0
+        rates = [self.optimistic_rate(s) for s in slots]
+        # the draft length where drafting pays best: a shorter draft brings fewer tokens and costs less
+        # to draft (draft_cost.py)
+        speedup, self.paying_length = max((self._speedup(rates, caps, length), length)
+                                          for length in self.candidate_lengths)
+        good = [GOOD_RATE] * len(slots)
+        self.upside = max(0.0, max(self._speedup(good, [self.n_positions] * len(slots), length)
+                                   for length in {self.paying_length, self.n_positions}) - 1.0)
+        return speedup > 1.0
 
-    def _speedup(self, rates: np.ndarray, caps: list[int]) -> float:
-        """Expected tokens per second of a step that drafts (and verifies what `lengths` would keep at
-        these rates) over one that only decodes."""
-        n = min(max(caps), self.n_positions)
+    def _speedup(self, rates: list[float], caps: list[int], length: int) -> float:
+        """Expected tokens per second of a step that drafts `length` tokens (and verifies what `lengths`
+        would keep at these rates) over one that only decodes."""
+        n = min(max(caps), length)
         n_rows = len(rates)
-        steps_per_second = self._rate_for(n_rows)
-        kept = schedule_prefix_lengths(np.repeat(rates[:, None], n, axis=1), steps_per_second, np.minimum(caps, n))
-        gain = sum(float(np.sum(r ** np.arange(1, k + 1))) for r, k in zip(rates, kept))
+        steps_per_second = self._rate_for(n_rows, length)
+        kept = schedule_prefix_lengths([[r] * n for r in rates], steps_per_second, [min(c, n) for c in caps]).tolist()
+        gain = sum(r ** j for r, k in zip(rates, kept) for j in range(1, k + 1))
         plain = n_rows / (1.0 / self.cost_table.steps_per_second(n_rows) + self.other_seconds)
-        return (n_rows + gain) * steps_per_second(n_rows + int(kept.sum())) / plain
+        return (n_rows + gain) * steps_per_second(n_rows + sum(kept)) / plain
 
-    def _rate_for(self, n_drafting: int):
-        """Whole engine steps per second by verified rows, with n_drafting slots drafting (Algorithm 1
-        asks it for every candidate row count: the draft time is worked out once)."""
-        fixed = self.draft_time(n_drafting) + self.other_seconds
+    def _rate_for(self, n_drafting: int, length: int):
+        """Whole engine steps per second by verified rows, with n_drafting slots drafting `length` tokens
+        (Algorithm 1 asks it for every candidate row count: the draft time is worked out once)."""
+        fixed = self.draft_time(n_drafting, length) + self.other_seconds
         return lambda rows: 1.0 / (1.0 / self.cost_table.steps_per_second(rows) + fixed)
 
     def lengths(self, slots: list[int], drafts: list[Draft]) -> np.ndarray:
         """How many tokens of each draft to verify."""
-        n = min(max(len(d.tokens) for d in drafts), self.n_positions)
-        confidence = np.zeros((len(drafts), n))
-        for i, (slot, d) in enumerate(zip(slots, drafts)):
-            k = min(len(d.tokens), n)
-            if d.confidence is not None:
-                confidence[i, :k] = np.asarray(d.confidence[:k], dtype=np.float64)
-            else:
-                confidence[i, :k] = self.rate(slot)
-        caps = np.asarray([min(len(d.tokens), n) for d in drafts])
-        return schedule_prefix_lengths(confidence, self._rate_for(len(drafts)), caps)
+        confidence = []
+        for slot, d in zip(slots, drafts):
+            k = min(len(d.tokens), self.n_positions)
+            confidence.append(d.confidence[:k] if d.confidence is not None else [self.rate(slot)] * k)
+        return schedule_prefix_lengths(confidence, self._rate_for(len(drafts), self.draft_length))
 
     def observe(self, slot: int, n_drafted: int, n_accepted: int) -> None:
         """A verified draft: n_accepted tokens accepted, then (if any was left) one rejected."""

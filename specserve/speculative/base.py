@@ -31,13 +31,16 @@ class DraftRequest:
     tokens: np.ndarray                # all tokens already in the target cache (int64, read-only view)
     temperature: float = 0.0          # the request's temperature (drafters that sample may use it)
     generator: torch.Generator | None = None   # the request's generator, for drafters that sample
+    # --spec-schedule's draft length, the same for every slot of a step: more tokens would not be
+    # verified, so a drafter need not draft them (0: no scheduler)
+    n_scheduled: int = 0
 
 
 @dataclass
 class Draft:
     tokens: list[int]
     q_probs: torch.Tensor | None = None       # [k, V]: the distributions the tokens were sampled from
-    confidence: torch.Tensor | None = None    # [k]: predicted acceptance per position (DSpark)
+    confidence: list[float] | None = None     # [k]: predicted acceptance per position (DSpark)
 
     def truncate(self, n: int) -> "Draft":
         if len(self.tokens) <= n:

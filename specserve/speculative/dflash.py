@@ -5,9 +5,9 @@ position, injected once as keys/values of every draft layer and kept in a static
 across steps. `process()` receives the taps of each target forward: prompt rows are committed
 at once; the rows [id_last, d_1..d_k] of a verification are held back until `accept(slot, n)`
 says that only id_last and the first n drafts were kept, so a rejected draft never enters the
-context. `draft()` then runs ONE draft forward for all requesting slots, each with a full block
-of the same size (the block-uniformity the Markov chain needs); the driver truncates each slot
-to its own cap afterwards. On the native kernels that forward, the lm_head over the draft rows and
+context. `draft()` then runs ONE draft forward for all requesting slots, each with a block of the
+same size (the block-uniformity the Markov chain needs): the trained block, or the shorter draft
+length `--spec-schedule` expects to verify; the driver truncates each slot to its own cap afterwards. On the native kernels that forward, the lm_head over the draft rows and
 the Markov chain are one C call (models/block_drafter.py:draft_native).
 
 DFlash drafts greedily (one-hot verification) unless `--spec-dflash-sample sample`; its
@@ -182,48 +182,53 @@ class DFlash(Proposer):
                 chunks += [(req.slot, pos0, rows) for pos0, rows in pending]
         if not reqs:
             return {}
+        # a block no longer than the scheduler's draft length: fewer rows to draft (not the slots' own caps,
+        # which differ between slots: a slot's drafts must not depend on the others in the batch)
+        n_draft = min(self.n_draft, reqs[0].n_scheduled) if reqs[0].n_scheduled > 0 else self.n_draft
         sampling = [self._samples(r) for r in reqs]
-        hidden, chain = self._run_block(reqs, chunks, sampling)
+        hidden, chain = self._run_block(reqs, chunks, sampling, n_draft)
         for r in reqs:     # context committed up to the anchor; the block's rows are dropped (the crop)
             self.cache.lengths[r.slot] = r.pos0
             self.slots[r.slot].pending = []
         confidence = self._confidence(hidden, chain)
         lengths = None if confidence is None else \
-            self._choose_lengths(reqs, np.full(len(reqs), self.n_draft, dtype=np.int64), confidence)
+            self._choose_lengths(reqs, np.full(len(reqs), n_draft, dtype=np.int64), confidence)
         tokens = chain.tokens.tolist()
+        confidence = None if confidence is None else confidence.tolist()
         out = {}
         for i, req in enumerate(reqs):
-            n = self.n_draft if lengths is None else int(lengths[i])
+            n = n_draft if lengths is None else int(lengths[i])
             if n == 0 or n < self.n_min:
                 continue
             q = chain.q[i, :n] if sampling[i] else None
-            conf = None if confidence is None else torch.from_numpy(confidence[i, :n])
-            out[req.slot] = Draft(tokens[i][:n], q, conf)
+            out[req.slot] = Draft(tokens[i][:n], q, None if confidence is None else confidence[i][:n])
         return out
 
-    def _run_block(self, reqs: list[DraftRequest], chunks, sampling: list[bool]):
-        """One draft forward for every slot: (the block's final-normed rows [S, nb, H], BlockChain)."""
+    def _run_block(self, reqs: list[DraftRequest], chunks, sampling: list[bool], n_draft: int):
+        """One draft forward of n_draft drafts for every slot: (the block's final-normed rows [S, nb, H],
+        BlockChain)."""
         drafter = self.drafter
         anchors = np.array([r.id_last for r in reqs], dtype=np.int64)
-        block = np.full((len(reqs), drafter.block_rows_for(self.n_draft)), self.mask_token_id, dtype=np.int64)
+        block = np.full((len(reqs), drafter.block_rows_for(n_draft)), self.mask_token_id, dtype=np.int64)
         block[:, 0] = anchors
         pos0 = np.array([r.pos0 for r in reqs], dtype=np.int64)
         context, slots = self._context(chunks), [r.slot for r in reqs]
         temps = uniforms = None
         if any(sampling):
             temps = torch.tensor([r.temperature if s else 0.0 for r, s in zip(reqs, sampling)])
-            uniforms = draft_uniforms([r.generator for r in reqs], sampling, self.n_draft)
+            uniforms = draft_uniforms([r.generator for r in reqs], sampling, n_draft)
         markov = drafter.markov_head if self.uses_markov else None
         if drafter.native is not None:      # one native call: layers, lm_head and chain
-            hidden, tokens, logits, q = drafter.draft_native(self.cache, *context, slots, pos0, block, self.n_draft,
-                                                             anchors, markov is not None, temps, uniforms)
-            return hidden, BlockChain(tokens, logits, torch.from_numpy(anchors), q)
+            hidden, tokens, logits, q, confidence = drafter.draft_native(
+                self.cache, *context, slots, pos0, block, n_draft, anchors, markov is not None, temps, uniforms,
+                self._wants_confidence())
+            return hidden, BlockChain(tokens, logits, torch.from_numpy(anchors), q, confidence)
         device = drafter.device
         feats, ctx_slots, ctx_positions = (None if a is None else torch.as_tensor(a, device=device) for a in context)
         anchors, block, pos0 = (torch.from_numpy(a).to(device) for a in (anchors, block, pos0))
         hidden = drafter.forward_cached(self.cache, feats, ctx_slots, ctx_positions, slots, pos0, block)
         temps = None if temps is None else temps.to(device)
-        return hidden, run_block_chain(drafter.logits(drafter.draft_rows(hidden)[:, :self.n_draft]), anchors, markov,
+        return hidden, run_block_chain(drafter.logits(drafter.draft_rows(hidden)[:, :n_draft]), anchors, markov,
                                        temps, uniforms)
 
     def _samples(self, req: DraftRequest) -> bool:
@@ -233,6 +238,10 @@ class DFlash(Proposer):
         if self.sample_mode == "auto":
             return self.uses_markov
         return self.sample_mode == "sample"
+
+    def _wants_confidence(self) -> bool:
+        """Whether the draft call should evaluate DSpark's confidence head (DFlash has none)."""
+        return False
 
     def _confidence(self, hidden: torch.Tensor, chain) -> np.ndarray | None:
         """DFlash: the draft's top probability per position (temperature 1), used by p_min."""

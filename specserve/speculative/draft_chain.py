@@ -48,8 +48,9 @@ StepFn = Callable[[StepBatch, "torch.Tensor | None"], "tuple[torch.Tensor | None
 
 
 def draft_cap(settings: SimpleNamespace, req: DraftRequest) -> int:
-    """Most tokens to draft for this request: --spec-draft-n-max, or the caller's smaller cap."""
-    return settings.n_max if req.n_max <= 0 else min(settings.n_max, req.n_max)
+    """Most tokens to draft for this request: --spec-draft-n-max, or the caller's or the scheduler's
+    smaller cap."""
+    return min(cap for cap in (settings.n_max, req.n_max, req.n_scheduled) if cap > 0)
 
 
 def pick_tokens(logits: torch.Tensor, requests: list[DraftRequest], settings: SimpleNamespace,

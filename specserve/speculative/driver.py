@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import time
+from dataclasses import replace
 
 import numpy as np
 
@@ -59,16 +60,31 @@ class SpecDriver:
         for p in self.proposers:
             p.process(batch)
 
-    def draft(self, requests: list[DraftRequest]) -> dict[int, Draft]:
+    def skips_drafting(self, n_slots: int) -> bool:
+        """Whether no slot drafts this step whatever the requests: no proposer, or --spec-schedule already
+        knows that none of n_slots generating slots drafts (a reused "no"; the step then counts as drafted
+        for nothing). The caller then need not build the slots' requests."""
+        if not self.proposers:
+            return True
+        if self.scheduler is None or not self.scheduler.skips(n_slots):
+            return False
+        self._new_step(n_slots)
+        return True
+
+    def _new_step(self, n_rows: int) -> None:
         self.unverified.clear()
-        n_rows = self.rows_verified = self.rows_generating = len(requests)
+        self.rows_verified = self.rows_generating = n_rows
         self.draft_seconds = 0.0
+
+    def draft(self, requests: list[DraftRequest]) -> dict[int, Draft]:
+        n_rows = len(requests)
+        self._new_step(n_rows)
         if self.scheduler is not None and requests:
             # --spec-schedule: no drafting while it would cost more than it brings, but for one exploring slot
             chosen = self.scheduler.drafting_slots([r.slot for r in requests], [r.n_max for r in requests])
-            requests = [requests[i] for i in chosen]
-            if not requests:
+            if not chosen:
                 return {}
+            requests = [replace(requests[i], n_scheduled=self.scheduler.draft_length) for i in chosen]
         won: dict[int, tuple[Proposer, Draft]] = {}
         pending = list(requests)
         t_start = time.perf_counter()
@@ -186,5 +202,7 @@ def build_driver(spec_types: list[str], ctx: ProposerContext) -> SpecDriver:
                  profile_step_cost(ctx.target, ctx.n_slots, ctx.n_slots * (n_positions + 1)))
         if not path:
             log.info("profiled the target's step cost for 1..%d rows", ctx.n_slots * (n_positions + 1))
-        scheduler = AcceptanceScheduler(ctx.n_slots, n_positions, table)
+        # a model drafter's draft costs more the longer it is (n-gram lookups do not)
+        scheduler = AcceptanceScheduler(ctx.n_slots, n_positions, table,
+                                        choose_length=any(p.model_drafter for p in proposers))
     return SpecDriver(proposers, ctx.n_slots, scheduler)

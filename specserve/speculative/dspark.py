@@ -40,8 +40,14 @@ class DSpark(DFlash):
             raise OptionError(f"--spec-dspark-schedule needs a confidence head, and the DSpark draft "
                               f"{self.ctx.draft_model_dir} has none (--spec-schedule estimates from history)")
 
+    def _wants_confidence(self) -> bool:
+        return self.drafter.confidence_head is not None and (self.p_min > 0 or self.schedule)
+
     def _confidence(self, hidden: torch.Tensor, chain) -> np.ndarray | None:
-        if self.drafter.confidence_head is None or (self.p_min <= 0 and not self.schedule):
+        if not self._wants_confidence():
             return None
-        rows = self.drafter.draft_rows(hidden.detach().float().cpu().numpy())[:, :self.n_draft]
-        return self.drafter.confidence(rows, chain.prev)
+        if chain.confidence is not None:        # the native draft call evaluated the head
+            return chain.confidence
+        prev = chain.prev
+        rows = self.drafter.draft_rows(hidden.detach().float().cpu().numpy())[:, :prev.shape[1]]
+        return self.drafter.confidence(rows, prev)

@@ -29,6 +29,7 @@ class BlockChain:
     logits: torch.Tensor     # [S, n, V] float32 Markov-corrected logits, before temperature
     anchors: torch.Tensor    # [S] int64
     q: torch.Tensor | None = None    # [S, n, V] the distributions the sampled slots drew from
+    confidence: np.ndarray | None = None    # [S, n] DSpark's confidence head, when the native call gave it
 
     @property
     def prev(self) -> np.ndarray:

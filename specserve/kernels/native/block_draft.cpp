@@ -1,7 +1,7 @@
 // A block drafter's draft (DFlash / DSpark) in one call: context rows, the block through every layer,
-// the final norm, the target's lm_head over the draft rows and DSpark's Markov chain. Between native
-// calls a step streams megabytes of weights through the caches, so each small PyTorch operation
-// that used to sit between these pieces ran cold and cost 5-40 µs; together more than the layers.
+// the final norm, the target's lm_head over the draft rows, DSpark's Markov chain and confidence head.
+// Between native calls a step streams megabytes of weights through the caches, so each small PyTorch
+// operation that used to sit between these pieces ran cold and cost 5-40 µs; together more than the layers.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -45,12 +45,22 @@ void add_markov_bias(float* logits, const float* feature, const uint16_t* w2t, i
     }
 }
 
-// the drafts of every slot, position by position (draft k-1 conditions position k's Markov bias)
-void pick_drafts(const ss_block_draft& d, int64_t vocab) {
+// sigmoid(w . row + per_token[prev] + bias): the confidence head's prediction for one draft row
+float confidence(const ss_block_draft& d, const float* row, int64_t hidden, int64_t prev) {
+    float z = d.conf_bias + (d.conf_per_token ? d.conf_per_token[prev] : 0.0f);
+    for (int64_t i = 0; i < hidden; i++) z += d.conf_w[i] * row[i];
+    return 1.0f / (1.0f + std::exp(-z));
+}
+
+// the drafts of every slot, position by position (draft k-1 conditions position k's Markov bias);
+// rows [n_slots * n_draft, hidden] are the draft rows the logits came from
+void pick_drafts(const ss_block_draft& d, int64_t vocab, const float* rows, int64_t hidden) {
     const int64_t row = d.n_draft * vocab;
     for (int64_t s = 0; s < d.n_slots; s++) {
         int64_t prev = d.anchors[s];
         for (int64_t k = 0; k < d.n_draft; k++) {
+            if (d.confidence)
+                d.confidence[s * d.n_draft + k] = confidence(d, rows + (s * d.n_draft + k) * hidden, hidden, prev);
             float* lk = d.logits + s * row + k * vocab;
             if (d.w2t) add_markov_bias(lk, d.w1 + prev * d.rank, d.w2t, d.rank, vocab);
             if (d.uniforms && d.temperature && d.temperature[s] > 0.0f) {
@@ -93,6 +103,6 @@ extern "C" int32_t ss_block_draft_forward(const ss_model* m, const ss_block_draf
         std::memcpy(rows + s * d->n_draft * hidden, d->hidden_out + (s * d->n_block + d->first_draft_row) * hidden,
                     d->n_draft * hidden * sizeof(float));
     gemm(m->head, rows, d->n_slots * d->n_draft, hidden, d->logits, m->vocab, SS_OUT_STORE);
-    pick_drafts(*d, m->vocab);
+    pick_drafts(*d, m->vocab, rows, hidden);
     return 0;
 }

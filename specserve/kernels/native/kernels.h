@@ -137,6 +137,12 @@ struct ss_block_draft {
     const float* temperature;     // [n_slots] or null
     const double* uniforms;       // [n_slots, n_draft] or null
     float* q;                     // [n_slots, n_draft, vocab], written for the sampled slots
+    // DSpark's confidence head (one linear layer over [draft row, W1[prev]] and a sigmoid): the Markov
+    // part folded into a per-token term. confidence null: no head.
+    const float* conf_w;          // [hidden]
+    const float* conf_per_token;  // [vocab] or null
+    float conf_bias;
+    float* confidence;            // [n_slots, n_draft]
 };
 int32_t ss_block_draft_forward(const ss_model* m, const ss_block_draft* d);
 // A hidden-state draft head's draft chain (EAGLE-3, MTP). m holds the head's decoder layers, its final
