@@ -150,12 +150,15 @@ def test_serving_confidence_equals_the_head(tmp_path, target_dir, target):
 
 
 @pytest.mark.skipif(kernels.requested() == "torch", reason="SPECSERVE_KERNELS=torch")
-@pytest.mark.parametrize("layout", [ANCHOR_FIRST, BONUS_ANCHOR])
-def test_native_draft_call_equals_the_pytorch_pipeline(tmp_path, target_dir, layout):
+@pytest.mark.parametrize("layout,rope", [(ANCHOR_FIRST, None), (BONUS_ANCHOR, None),
+                                         (ANCHOR_FIRST, {"rope_type": "dynamic", "factor": 2.0})])
+def test_native_draft_call_equals_the_pytorch_pipeline(tmp_path, target_dir, layout, rope):
     """One native call (layers, lm_head, Markov chain, confidence head) gives the drafts, logits, rows and
     confidences of the PyTorch pipeline forward_cached -> lm_head -> run_block_chain -> confidence, greedy and
     sampled, for slots with context."""
     d = write_block_drafter(tmp_path / "d", target_dir, "specserve", block_size=6, layout=layout, **DSPARK)
+    if rope:                    # RoPE tables that depend on the length: the call is given its rows
+        _edit_config(d, rope_scaling=rope, max_position_embeddings=16)
     with torch.no_grad():       # round the Markov head to bfloat16 values: the kernel reads W2 in bfloat16
         native = load_block_drafter(d, CausalLM.from_pretrained(target_dir))
         native.markov_head.markov_w2.weight.copy_(native.markov_head.markov_w2.weight.bfloat16().float())
@@ -193,6 +196,7 @@ def test_native_draft_call_equals_the_pytorch_pipeline(tmp_path, target_dir, lay
             assert torch.equal(tokens, chain.tokens)
             if noise is not None:           # the distributions drawn from, which the verifier receives
                 torch.testing.assert_close(q, chain.q, atol=1e-6, rtol=1e-4)
+            assert (native.rope.rope_type == "dynamic") == bool(rope)
             if markov:                      # the confidence head, evaluated inside the same call
                 np.testing.assert_allclose(confidence, reference.confidence(ref_rows.float(), chain.prev), atol=1e-5)
             else:

@@ -42,8 +42,10 @@ class Step(ctypes.Structure):
 
 
 class BlockDraft(ctypes.Structure):
-    _fields_ = [("n_ctx", c_int64), ("ctx_feats", c_void_p), ("fc", Weight), ("hidden_norm", c_void_p),
-                ("n_slots", c_int64), ("n_block", c_int64), ("block_tokens", c_void_p), ("attn", Attention),
+    _fields_ = [("n_ctx", c_int64), ("n_chunks", c_int64), ("n_parts", c_int64), ("ctx_chunk_rows", c_void_p),
+                ("ctx_parts", c_void_p), ("fc", Weight), ("hidden_norm", c_void_p),
+                ("n_slots", c_int64), ("n_block", c_int64), ("block_tokens", c_void_p), ("ctx_slot", c_void_p),
+                ("ctx_pos", c_void_p), ("slot", c_void_p), ("pos0", c_void_p), ("attn", Attention),
                 ("hidden_out", c_void_p), ("first_draft_row", c_int64), ("n_draft", c_int64), ("logits", c_void_p),
                 ("tokens", c_void_p), ("w2t", c_void_p), ("w1", c_void_p), ("rank", c_int64), ("anchors", c_void_p),
                 ("temperature", c_void_p), ("uniforms", c_void_p), ("q", c_void_p), ("conf_w", c_void_p),

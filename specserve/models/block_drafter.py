@@ -49,6 +49,21 @@ def _numpy(index: "torch.Tensor | np.ndarray") -> np.ndarray:
     return index if isinstance(index, np.ndarray) else index.numpy()
 
 
+# A draft's new context rows for the native call, read where they are: per chunk of rows, its row count
+# and the address of each of its parts (one per tapped layer: float32, contiguous rows of H values).
+ContextParts = list[tuple[int, list[int]]]
+
+
+def _context_parts(ctx_feats: "torch.Tensor | ContextParts | None", keep: list) -> ContextParts:
+    if ctx_feats is None:
+        return []
+    if isinstance(ctx_feats, torch.Tensor):
+        feats = ctx_feats.float().contiguous()
+        keep.append(feats)
+        return [(feats.shape[0], [feats.data_ptr()])] if feats.shape[0] else []
+    return ctx_feats
+
+
 class MarkovHead(nn.Module):
     """bias(prev) = markov_w2(markov_w1[prev]): a rank-r bigram correction of the draft logits."""
 
@@ -310,33 +325,51 @@ class BlockDrafter(nn.Module):
                         chain: "NativeChain | None" = None) -> torch.Tensor:
         """forward_cached in one native call (kernels/native/block_draft.cpp): context rows go in as
         key/value-only prefix rows. With `chain`, the same call also runs the lm_head over the draft
-        rows and picks the drafts into it. Row indices are built in numpy (small torch ops cost µs)."""
+        rows and picks the drafts into it. ctx_feats: a tensor [C, m*H] or ContextParts (the rows read
+        where the target's forward wrote them). The kernel derives the rows' slots, positions and
+        visible keys from the index arrays (numpy or torch): small Python operations cost µs each."""
         n_slots, nb = block_tokens.shape
-        starts = _numpy(pos0)
-        positions = (starts[:, None] + np.arange(nb)).reshape(-1)
-        row_slots = np.repeat(np.asarray(slots, dtype=np.int64), nb)
-        key_len = np.repeat(starts + nb, nb)            # every block row sees the whole block
-        n_ctx = 0 if ctx_feats is None else ctx_feats.shape[0]
-        if n_ctx:
-            positions = np.concatenate([_numpy(ctx_positions), positions])
-            row_slots = np.concatenate([_numpy(ctx_slots), row_slots])
-            key_len = np.concatenate([np.zeros(n_ctx, dtype=np.int64), key_len])
-            ctx_feats = ctx_feats.float().contiguous()
-        positions, row_slots, key_len = (torch.from_numpy(a) for a in (positions, row_slots, key_len))
-        rope_rows = None
-        if self._rope(int(starts.max()) + nb).rope_type == "dynamic":
-            rope_rows = self._cos_sin(positions)
-        block_tokens = np.ascontiguousarray(_numpy(block_tokens), dtype=np.int64)
         keep: list = []
-        attn = attention_rows(self.rope, row_slots, positions, key_len, cache, keep, rope_rows)
+        parts = _context_parts(ctx_feats, keep)
+        n_ctx = sum(rows for rows, _ in parts)
+        starts = np.ascontiguousarray(_numpy(pos0), dtype=np.int64)
+        row_slots = np.asarray(slots, dtype=np.int64)
+        index = [row_slots, starts]
+        if n_ctx:
+            index += [np.ascontiguousarray(_numpy(a), dtype=np.int64) for a in (ctx_slots, ctx_positions)]
+        if self._rope(int(starts.max()) + nb).rope_type == "dynamic":     # per-row RoPE tables: rows given
+            row_slots_all, positions, key_len, rope_rows = self._explicit_rows(index, nb)
+            attn = attention_rows(self.rope, row_slots_all, positions, key_len, cache, keep, rope_rows)
+        else:
+            attn = attention_rows(self.rope, None, None, None, cache, keep)
+        block_tokens = np.ascontiguousarray(_numpy(block_tokens), dtype=np.int64)
         hidden = torch.empty(n_slots, nb, self.cfg.hidden_size, dtype=torch.float32)
-        step = capi.BlockDraft(n_ctx, ctx_feats.data_ptr() if n_ctx else None, self.packed_fc.struct,
-                               float32_copy(self.hidden_norm.weight).data_ptr(), n_slots, nb,
-                               block_tokens.ctypes.data, attn, hidden.data_ptr())
+        chunk_rows = np.array([rows for rows, _ in parts], dtype=np.int64)
+        addresses = [a for _, chunk in parts for a in chunk]
+        part_ptrs = (ctypes.c_void_p * max(1, len(addresses)))(*addresses)
+        keep += [index, block_tokens, chunk_rows, part_ptrs]
+        step = capi.BlockDraft(
+            n_ctx=n_ctx, n_chunks=len(parts), n_parts=len(parts[0][1]) if parts else 1,
+            ctx_chunk_rows=chunk_rows.ctypes.data, ctx_parts=ctypes.addressof(part_ptrs), fc=self.packed_fc.struct,
+            hidden_norm=float32_copy(self.hidden_norm.weight).data_ptr(), n_slots=n_slots, n_block=nb,
+            block_tokens=block_tokens.ctypes.data, slot=row_slots.ctypes.data, pos0=starts.ctypes.data,
+            ctx_slot=index[2].ctypes.data if n_ctx else None, ctx_pos=index[3].ctypes.data if n_ctx else None,
+            attn=attn, hidden_out=hidden.data_ptr())
         if chain is not None:
             chain.fill(step, 0 if self.config.layout == ANCHOR_FIRST else 1)
         library().ss_block_draft_forward(self.native.model_ref, ctypes.byref(step))
         return hidden
+
+    def _explicit_rows(self, index: list[np.ndarray], nb: int) -> tuple:
+        """(row slots, positions, visible keys, per-row RoPE tables) of context rows then block rows, for
+        RoPE whose tables depend on the length (dynamic NTK), which the kernel cannot index by position."""
+        slots, starts = index[:2]
+        ctx_slots, ctx_positions = index[2:] if len(index) > 2 else (slots[:0], starts[:0])
+        positions = np.concatenate([ctx_positions, (starts[:, None] + np.arange(nb)).reshape(-1)])
+        row_slots = np.concatenate([ctx_slots, np.repeat(slots, nb)])
+        key_len = np.concatenate([np.zeros(len(ctx_slots), dtype=np.int64), np.repeat(starts + nb, nb)])
+        positions, row_slots, key_len = (torch.from_numpy(a) for a in (positions, row_slots, key_len))
+        return row_slots, positions, key_len, self._cos_sin(positions)
 
     def draft_native(self, cache, ctx_feats, ctx_slots, ctx_positions, slots, pos0, block_tokens, n_draft: int,
                      anchors: np.ndarray, markov: bool, temperatures=None, uniforms=None, confidence: bool = False):

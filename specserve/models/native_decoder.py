@@ -116,7 +116,8 @@ def attention_rows(rope: RotaryEmbedding, row_slots: torch.Tensor, positions: to
                    key_len: torch.Tensor | None, cache: KVCache, keep: list,
                    rope_rows: tuple[torch.Tensor, torch.Tensor] | None = None) -> capi.Attention:
     """The kernels' view of rows: slot, position, visible keys [0, key_len) (None: causal, up to the
-    row's own position) and RoPE rows, over `cache`.
+    row's own position) and RoPE rows, over `cache`. A kernel that derives the rows itself (a block
+    draft) takes None for row_slots and positions.
 
     rope_rows: per-row (cos, sin) when the table cannot be indexed by position (dynamic NTK scaling).
     Every tensor the struct points into is appended to `keep`, which must outlive the call.
@@ -126,8 +127,8 @@ def attention_rows(rope: RotaryEmbedding, row_slots: torch.Tensor, positions: to
     else:
         (cos, sin), rope_index = rope_rows, torch.arange(positions.shape[0], dtype=torch.int64)
     keep += [row_slots, positions, key_len, cos, sin, rope_index]
-    return capi.Attention(row_slots.data_ptr(), positions.data_ptr(), _ptr(key_len), cos.data_ptr(),
-                          sin.data_ptr(), rope_index.data_ptr(), cache.k.data_ptr(), cache.v.data_ptr(),
+    return capi.Attention(_ptr(row_slots), _ptr(positions), _ptr(key_len), cos.data_ptr(),
+                          sin.data_ptr(), _ptr(rope_index), cache.k.data_ptr(), cache.v.data_ptr(),
                           cache.n_slots, cache.capacity, _KV_CODES[cache.k.dtype], _KV_CODES[cache.v.dtype])
 
 

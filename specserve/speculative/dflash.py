@@ -159,19 +159,22 @@ class DFlash(Proposer):
         return state.pending
 
     # ------------------------------------------------------------------ drafting
-    def _context(self, chunks: list[tuple[int, int, RowRange]]):
-        """(features [C, taps * H], slots [C], positions [C]) of the new context rows, or three Nones; the
-        index arrays in numpy (a draft call is short, and each small torch op costs µs)."""
+    def _context(self, chunks: list[tuple[int, int, RowRange]], native: bool):
+        """(features, slots [C], positions [C]) of the new context rows, or three Nones; the index arrays
+        in numpy (a draft call is short, and each small torch op costs µs). The features: for the native
+        call, where the target's forward wrote them (block_drafter.ContextParts); else [C, taps * H]."""
         if not chunks:
             return None, None, None
         if len(chunks) == 1:            # the steady state: one slot's last verified rows
             slot, pos0, rows = chunks[0]
-            return torch.cat(rows.rows(), dim=-1), np.full(rows.n, slot), np.arange(pos0, pos0 + rows.n)
+            slots, positions = np.full(rows.n, slot), np.arange(pos0, pos0 + rows.n)
+        else:
+            slots = np.concatenate([np.full(rows.n, slot, dtype=np.int64) for slot, _, rows in chunks])
+            positions = np.concatenate([np.arange(pos0, pos0 + rows.n, dtype=np.int64) for _, pos0, rows in chunks])
+        if native:
+            return [(rows.n, rows.addresses()) for _, _, rows in chunks], slots, positions
         per_tap = zip(*(rows.rows() for _, _, rows in chunks))
-        feats = torch.cat([torch.cat(rows) for rows in per_tap], dim=-1)
-        slots = np.concatenate([np.full(rows.n, slot, dtype=np.int64) for slot, _, rows in chunks])
-        positions = np.concatenate([np.arange(pos0, pos0 + rows.n, dtype=np.int64) for _, pos0, rows in chunks])
-        return feats, slots, positions
+        return torch.cat([torch.cat(rows) for rows in per_tap], dim=-1), slots, positions
 
     def draft(self, requests: list[DraftRequest]) -> dict[int, Draft]:
         reqs, chunks = [], []
@@ -212,7 +215,7 @@ class DFlash(Proposer):
         block = np.full((len(reqs), drafter.block_rows_for(n_draft)), self.mask_token_id, dtype=np.int64)
         block[:, 0] = anchors
         pos0 = np.array([r.pos0 for r in reqs], dtype=np.int64)
-        context, slots = self._context(chunks), [r.slot for r in reqs]
+        context, slots = self._context(chunks, drafter.native is not None), [r.slot for r in reqs]
         temps = uniforms = None
         if any(sampling):
             temps = torch.tensor([r.temperature if s else 0.0 for r, s in zip(reqs, sampling)])

@@ -21,6 +21,11 @@ class RowRange:
     def rows(self) -> list[torch.Tensor]:
         return [t[self.start:self.start + self.n] for t in self.tensors]
 
+    def addresses(self) -> list[int]:
+        """Where the range's first row of each tensor is, for a native call that reads the rows in place
+        (float32 tensors with contiguous rows, as the native forward writes its taps)."""
+        return [t.data_ptr() + self.start * t.stride(0) * t.element_size() for t in self.tensors]
+
     def part(self, first: int, n: int) -> "RowRange":
         """Rows [first, first + n) of this range."""
         return RowRange(self.tensors, self.start + first, n)

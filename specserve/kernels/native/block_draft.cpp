@@ -75,9 +75,50 @@ void pick_drafts(const ss_block_draft& d, int64_t vocab, const float* rows, int6
     }
 }
 
-float* grow(std::vector<float>& buf, int64_t n) {
+template <typename T>
+T* grow(std::vector<T>& buf, int64_t n) {
     if ((int64_t)buf.size() < n) buf.resize(n);
     return buf.data();
+}
+
+// the rows' slots, positions, visible keys and RoPE rows (kernels.h), when the caller left them out
+ss_attn derive_rows(const ss_block_draft& d, std::vector<int64_t>& buf) {
+    const int64_t n = d.n_ctx + d.n_slots * d.n_block;
+    int64_t* slot = grow(buf, 3 * n);
+    int64_t *pos = slot + n, *key_len = pos + n;
+    for (int64_t r = 0; r < d.n_ctx; r++) {
+        slot[r] = d.ctx_slot[r];
+        pos[r] = d.ctx_pos[r];
+        key_len[r] = 0;                       // a context row only writes its key and value
+    }
+    for (int64_t s = 0; s < d.n_slots; s++)
+        for (int64_t i = 0; i < d.n_block; i++) {
+            const int64_t r = d.n_ctx + s * d.n_block + i;
+            slot[r] = d.slot[s];
+            pos[r] = d.pos0[s] + i;
+            key_len[r] = d.pos0[s] + d.n_block;   // every block row sees the whole block
+        }
+    ss_attn a = d.attn;
+    a.row_slot = slot;
+    a.row_pos = a.rope_index = pos;
+    a.key_len = key_len;
+    return a;
+}
+
+// the context features [n_ctx, fc.k] gathered from their per-layer parts
+const float* gather_context(const ss_block_draft& d, std::vector<float>& buf) {
+    const int64_t k = d.fc.k, width = k / d.n_parts;
+    float* out = grow(buf, d.n_ctx * k);
+    int64_t row = 0;
+    for (int64_t c = 0; c < d.n_chunks; c++) {
+        for (int64_t p = 0; p < d.n_parts; p++) {
+            const float* part = d.ctx_parts[c * d.n_parts + p];
+            for (int64_t r = 0; r < d.ctx_chunk_rows[c]; r++)
+                std::memcpy(out + (row + r) * k + p * width, part + r * width, width * sizeof(float));
+        }
+        row += d.ctx_chunk_rows[c];
+    }
+    return out;
 }
 
 }  // namespace
@@ -85,17 +126,20 @@ float* grow(std::vector<float>& buf, int64_t n) {
 
 extern "C" int32_t ss_block_draft_forward(const ss_model* m, const ss_block_draft* d) {
     using namespace ss;
-    static thread_local std::vector<float> ctx_buf, x_buf, rows_buf;
+    static thread_local std::vector<float> feats_buf, ctx_buf, x_buf, rows_buf;
+    static thread_local std::vector<int64_t> index_buf;
     const int64_t hidden = m->hidden, n = d->n_slots * d->n_block;
+    const ss_attn attn = d->attn.row_slot ? d->attn : derive_rows(*d, index_buf);
     float* ctx = nullptr;
     if (d->n_ctx > 0) {         // ctx = hidden_norm(fc(taps)), no input norm (the rows only give keys/values)
+        const float* feats = d->n_chunks == 1 && d->n_parts == 1 ? d->ctx_parts[0] : gather_context(*d, feats_buf);
         ctx = grow(ctx_buf, d->n_ctx * hidden);
-        gemm(d->fc, d->ctx_feats, d->n_ctx, d->fc.k, ctx, hidden, SS_OUT_STORE);
+        gemm(d->fc, feats, d->n_ctx, d->fc.k, ctx, hidden, SS_OUT_STORE);
         rms_norm_rows(ctx, hidden, d->hidden_norm, ctx, hidden, d->n_ctx, hidden, m->eps);
     }
     float* x = grow(x_buf, n * hidden);
     embed_rows(*m, d->block_tokens, n, x);
-    for (int32_t l = 0; l < m->n_layers; l++) layer_forward(*m, l, x, n, nullptr, d->n_ctx, ctx, d->attn);
+    for (int32_t l = 0; l < m->n_layers; l++) layer_forward(*m, l, x, n, nullptr, d->n_ctx, ctx, attn);
     rms_norm_rows(x, hidden, m->final_norm, d->hidden_out, hidden, n, hidden, m->eps);
     if (!d->logits) return 0;
     float* rows = grow(rows_buf, d->n_slots * d->n_draft * hidden);

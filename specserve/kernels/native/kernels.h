@@ -120,12 +120,24 @@ int64_t ss_verify_logits(const float* logits, int64_t k, int64_t vocab, int32_t 
 // a draw from q[s, k] = softmax(logits / T) with uniforms[s, k] (q is written: the verifier's q).
 struct ss_block_draft {
     int64_t n_ctx;
-    const float* ctx_feats;       // [n_ctx, fc.k]
+    // the context rows' features [n_ctx, fc.k], as n_parts column blocks (one per tapped layer) of
+    // n_chunks row ranges: part p of chunk c is ctx_parts[c * n_parts + p], [ctx_chunk_rows[c], fc.k / n_parts]
+    int64_t n_chunks, n_parts;
+    const int64_t* ctx_chunk_rows;
+    const float* const* ctx_parts;
     ss_weight fc;
     const float* hidden_norm;     // [hidden]
     int64_t n_slots, n_block;
     const int64_t* block_tokens;  // [n_slots * n_block]
-    ss_attn attn;                 // the n_ctx context rows first, then the block rows
+    // the rows: the n_ctx context rows first, then the block rows. With attn.row_slot null the kernel
+    // derives them from these: context rows (ctx_slot, ctx_pos) write keys only; slot s's block rows
+    // are at pos0[s] .. pos0[s] + n_block - 1 and each sees its slot's keys up to the block's end;
+    // RoPE rows are indexed by position
+    const int64_t* ctx_slot;      // [n_ctx]
+    const int64_t* ctx_pos;       // [n_ctx]
+    const int64_t* slot;          // [n_slots]
+    const int64_t* pos0;          // [n_slots]
+    ss_attn attn;
     float* hidden_out;            // [n_slots * n_block, hidden]
     int64_t first_draft_row, n_draft;
     float* logits;                // [n_slots, n_draft, vocab] or null (then nothing below is read)
