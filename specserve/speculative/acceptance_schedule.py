@@ -20,7 +20,8 @@ when its drafts start to match again.
 
 When even the best admissible drafts would not pay for the draft call itself (a model
 drafter at high concurrency), the step does not draft at all (`drafting_slots`), except for
-exploring steps, which keep the estimates current. An exploring step drafts for ONE slot, the one
+exploring steps, which keep the estimates current. An exploring step drafts for ONE slot, as far
+as drafting would pay in well predicted text (the most it can learn per exploration), the one
 that drafted last: a drafter catches up on everything its slot produced since it last drafted, so
 that slot has the least to catch up on (the rates of all slots start from what every slot saw).
 Explorations come at least EXPLORE_EVERY steps apart, and never before the steps since the last
@@ -89,6 +90,7 @@ class AcceptanceScheduler:
         self.exploring = False                               # this step explores
         self.draft_length = self.n_positions                 # how many tokens this step's drafts need at most
         self.paying_length = self.n_positions                # ... when drafting (worked out with "pays")
+        self.upside_length = self.n_positions                # ... when exploring: where the upside is
         self.elapsed = 0.0                                   # seconds of all steps noted
         self.explore_ready_at = 0.0                          # ... before which no exploration starts
         self.last_decision: bool | None = None              # None: not worked out yet
@@ -185,6 +187,7 @@ class AcceptanceScheduler:
         elif due == "explore":
             self.next_explore = self.n_decisions + EXPLORE_EVERY
             self.exploring = True
+            self.draft_length = self.upside_length      # as far as would pay in well predicted text
             chosen = [max(range(len(slots)), key=lambda i: self.last_drafted[slots[i]])]
         elif due == "reuse":
             chosen = chosen if self.last_decision else []
@@ -211,8 +214,9 @@ class AcceptanceScheduler:
         speedup, self.paying_length = max((self._speedup(rates, caps, length), length)
                                           for length in self.candidate_lengths)
         good = [GOOD_RATE] * len(slots)
-        self.upside = max(0.0, max(self._speedup(good, [self.n_positions] * len(slots), length)
-                                   for length in {self.paying_length, self.n_positions}) - 1.0)
+        best_good, self.upside_length = max((self._speedup(good, [self.n_positions] * len(slots), length), length)
+                                            for length in {self.paying_length, self.n_positions})
+        self.upside = max(0.0, best_good - 1.0)
         return speedup > 1.0
 
     def _speedup(self, rates: list[float], caps: list[int], length: int) -> float:
