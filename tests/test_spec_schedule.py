@@ -79,6 +79,7 @@ def test_drafting_stops_when_it_cannot_pay_for_itself():
     assert [decisions[i] for i in explored[:3]] == [[0], [0], [0]]
     sched.last_drafted[2] = sched.n_decisions
     assert next(d for d in (sched.drafting_slots(slots, caps) for _ in range(2 * EXPLORE_EVERY)) if d) == [2]
+    assert sched.exploring and sched.draft_length == sched.upside_length     # as far as good drafts would pay
     # with no new observation, a "no" is not worked out again (it could not change)
     calls = []
     monkey = sched._drafting_pays
