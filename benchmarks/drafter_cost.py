@@ -7,7 +7,7 @@ exceeds the break-even
     tau* = (draft call + verify(1 + n rows)) / verify(1 row).
 
 This script measures, on the bundled model and in one run: the target forward by row count, and
-the draft call of every shipped drafter and of block-drafter shapes (layers, block size, Markov
+the draft call of every shipped drafter (bfloat16 and int8 weights) and of block-drafter shapes (layers, block size, Markov
 rank; random weights, since cost does not depend on them), each at one slot (the shipped ones
 also for 4 slots at once), greedy, on the native kernels with one thread. With the shipped
 drafters' measured tau (benchmarks/method_table.py) it predicts their speedup. Prints the table, writes JSON and docs/results/drafter_cost.md.
@@ -51,10 +51,12 @@ def random_block_drafter(target: CausalLM, folder: Path, layers: int, block: int
     return save_block_drafter(model, folder, tokenizer_from=STDLIB_CODER)
 
 
-def draft_call_ms(spec_type: str, folder: Path, n_max: int, n_tokens: int, slots: int = 1) -> tuple[float, float]:
+def draft_call_ms(spec_type: str, folder: Path, n_max: int, n_tokens: int, slots: int = 1,
+                  quant: str = "none") -> tuple[float, float]:
     """(mean ms per draft call, tau) over four code prompts, greedy: one after another on one slot, or
-    all at once over `slots` slots (one call drafts for every slot)."""
-    llm = LLM(STDLIB_CODER, draft_model=folder, spec_type=spec_type, spec_draft_n_max=n_max, n_parallel=slots)
+    all at once over `slots` slots (one call drafts for every slot); `quant`: the drafter's weights."""
+    llm = LLM(STDLIB_CODER, draft_model=folder, spec_type=spec_type, spec_draft_n_max=n_max, n_parallel=slots,
+              quant_draft=quant)
     params = SamplingParams(temperature=0, max_tokens=n_tokens, ignore_eos=True)
     llm.generate(CODE_PROMPTS[:slots], [SamplingParams(temperature=0, max_tokens=8)] * slots)       # warm-up
     before = llm.engine.driver.counters[spec_type]
@@ -83,10 +85,12 @@ def main() -> None:
     verify = forward_ms_by_rows(CausalLM.from_pretrained(STDLIB_CODER), [1, 2, 4, 5, 9, 17])
     rows = []
     for spec_type, (folder, n_max) in shipped_drafters().items():
-        ms, tau = draft_call_ms(spec_type, folder, n_max, args.n_tokens)
-        ms_4, _ = draft_call_ms(spec_type, folder, n_max, args.n_tokens, slots=4)
-        rows.append({"drafter": f"shipped {spec_type}", "spec_type": spec_type, "n": n_max, "draft_ms": ms,
-                     "draft_ms_4_slots": ms_4, "tau": tau})
+        for quant in ("none", "int8"):      # bfloat16 and int8 weights (the chains are served with int8)
+            ms, tau = draft_call_ms(spec_type, folder, n_max, args.n_tokens, quant=quant)
+            ms_4, _ = draft_call_ms(spec_type, folder, n_max, args.n_tokens, slots=4, quant=quant)
+            name = f"shipped {spec_type}" + (", int8" if quant == "int8" else "")
+            rows.append({"drafter": name, "spec_type": spec_type, "n": n_max, "draft_ms": ms,
+                         "draft_ms_4_slots": ms_4, "tau": tau})
     float_target = CausalLM.from_pretrained(STDLIB_CODER, dtype="float32")     # shapes for the random drafters
     with tempfile.TemporaryDirectory() as tmp:
         for layers, block, rank in BLOCK_SHAPES:

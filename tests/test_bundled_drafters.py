@@ -6,7 +6,7 @@ import json
 import pytest
 
 from specserve import LLM, SamplingParams
-from specserve.bundled import STDLIB_CODER_DRAFTERS, shipped_drafters
+from specserve.bundled import STDLIB_CODER_DRAFT_QUANT, STDLIB_CODER_DRAFTERS, served_options, shipped_drafters
 from specserve.commands.demo import default_spec_types
 from specserve.llm import BUNDLED_MODEL
 from specserve.speculative.registry import draftless_types
@@ -26,9 +26,14 @@ def test_every_drafter_is_shipped():
 
 
 @pytest.mark.parametrize("spec_type", list(STDLIB_CODER_DRAFTERS))
-def test_bundled_drafter_is_accepted_and_lossless(baseline, spec_type):
+@pytest.mark.parametrize("quant", ["served", None])
+def test_bundled_drafter_is_accepted_and_lossless(baseline, spec_type, quant):
+    """As served (int8 weights for the chain drafters) and in bfloat16."""
     folder, n_max = STDLIB_CODER_DRAFTERS[spec_type]
-    llm = LLM(BUNDLED_MODEL, draft_model=folder, spec_type=spec_type, n_parallel=2, spec_draft_n_max=n_max)
+    options = served_options(spec_type) if quant == "served" else {"spec_draft_n_max": n_max}
+    assert options["spec_draft_n_max"] == n_max
+    assert options.get("quant_draft") == ("int8" if quant and spec_type in STDLIB_CODER_DRAFT_QUANT else None)
+    llm = LLM(BUNDLED_MODEL, draft_model=folder, spec_type=spec_type, n_parallel=2, **options)
     assert llm.engine.driver.max_draft() == n_max
     outs = llm.generate(PROMPTS, SamplingParams(temperature=0, max_tokens=48, ignore_eos=True))
     assert [o.token_ids for o in outs] == baseline

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from ..bench.samples import load_bundled
 from ..engine.request import Request
-from ..bundled import shipped_drafters
+from ..bundled import served_options, shipped_drafters
 from ..llm import load_engine
 from ..sampling import SamplingParams
 from ..speculative.draft_options import draft_settings
@@ -128,7 +128,8 @@ def run(args) -> int:
             if shipped is None:
                 print(f"{spec_type:<28} skipped: needs a draft model (-md DIR)")
                 continue
-            draft_model, run_extra["spec_draft_n_max"] = shipped
+            draft_model = shipped[0]
+            run_extra.update(served_options(spec_type))
         engine, tokenizer, req = _run_once(args.model, spec_type, draft_model, args.prompt, args.n_predict, run_extra)
         out = req.snapshot()
         speed = out.timings["predicted_per_second"]
