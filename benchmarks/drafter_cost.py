@@ -82,7 +82,7 @@ def main() -> None:
         write_markdown(args, earlier[-1])
         return
     kernels.set_threads(1)
-    verify = forward_ms_by_rows(CausalLM.from_pretrained(STDLIB_CODER), [1, 2, 4, 5, 9, 17])
+    verify = forward_ms_by_rows(CausalLM.from_pretrained(STDLIB_CODER), [1, 2, 4, 5, 7, 9, 17])
     rows = []
     for spec_type, (folder, n_max) in shipped_drafters().items():
         for quant in ("none", "int8"):      # bfloat16 and int8 weights (the chains are served with int8)
