@@ -100,7 +100,9 @@ def _settings(spec_type: str, draft_model, extra: dict) -> str:
     if spec_type == "none":
         return "no speculation"
     if proposer_class(spec_type).model_drafter:
-        return f"drafter {Path(draft_model).name}, --spec-draft-n-max {draft_settings(extra).n_max}"
+        settings = draft_settings(extra)
+        quant = f", --quant-draft {settings.quant_draft}" if settings.quant_draft not in (None, "none") else ""
+        return f"drafter {Path(draft_model).name}, --spec-draft-n-max {settings.n_max}{quant}"
     if spec_type == "ngram-simple":
         return f"--spec-ngram-simple-size-n {NGRAM_SETTINGS['spec_ngram_simple_size_n']}, " \
                f"-size-m {NGRAM_SETTINGS['spec_ngram_simple_size_m']}"
