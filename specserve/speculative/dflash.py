@@ -7,8 +7,9 @@ at once; the rows [id_last, d_1..d_k] of a verification are held back until `acc
 says that only id_last and the first n drafts were kept, so a rejected draft never enters the
 context. `draft()` then runs ONE draft forward for all requesting slots, each with a block of the
 same size (the block-uniformity the Markov chain needs): the trained block, or the shorter draft
-length `--spec-schedule` expects to verify; the driver truncates each slot to its own cap afterwards. On the native kernels that forward, the lm_head over the draft rows and
-the Markov chain are one C call (models/block_drafter.py:draft_native).
+length `--spec-schedule` expects to verify; the driver truncates each slot to its own cap
+afterwards. On the native kernels that forward, the lm_head over the draft rows, the Markov chain
+and the confidence head are one C call (models/block_drafter.py:draft_native).
 
 DFlash drafts greedily (one-hot verification) unless `--spec-dflash-sample sample`; its
 `--spec-draft-p-min` cuts a block at the draft's own top probability. DSpark (dspark.py) is this
