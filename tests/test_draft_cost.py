@@ -43,3 +43,13 @@ def test_slot_counts_are_interpolated_not_scaled():
     assert cost.seconds(2, 3) == 0.050
     cost.note(0.003, 2, 1, steady=True)                             # ... until the count has a steady call
     assert cost.seconds(2, 3) == 0.003
+
+
+def test_a_slow_outlier_at_a_longer_length_is_capped_by_a_shorter_one():
+    """A first call measured slow (cold caches) at a length the scheduler then stops choosing would never
+    be corrected: a longer draft is priced at most as a shorter one scaled in proportion to the length."""
+    cost = DraftCost()
+    cost.note(0.002, 1, 2, steady=True)
+    cost.note(0.050, 1, 6, steady=True)
+    assert cost.seconds(1, 6) == pytest.approx(0.006)
+    assert cost.seconds(1, 4) == pytest.approx(0.004)

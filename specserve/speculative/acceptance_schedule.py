@@ -61,6 +61,7 @@ EXPLORE_EVERY = 8    # while drafting does not pay, still draft after this many 
 EXPLORE_SHARE = 0.05 # ... spending at most this share of the time times the upside (below) on exploring
 GOOD_RATE = 0.9      # the upside: the speedup drafting would bring at this rate (a well predicted run), less 1
 DECIDE_EVERY = 4     # the draft-or-not decision is re-evaluated every this many steps (estimates move slowly)
+KEEP_DRAFTING = 0.95 # while drafting, it stops only below this expected speedup
 
 
 class AcceptanceScheduler:
@@ -217,7 +218,9 @@ class AcceptanceScheduler:
         best_good, self.upside_length = max((self._speedup(good, [self.n_positions] * len(slots), length), length)
                                             for length in {self.paying_length, self.n_positions})
         self.upside = max(0.0, best_good - 1.0)
-        return speedup > 1.0
+        # a little hysteresis: estimates from a few dozen observations are noisy, and each switch from not
+        # drafting to drafting first catches the drafter up
+        return speedup > (KEEP_DRAFTING if self.last_decision else 1.0)
 
     def _speedup(self, rates: list[float], caps: list[int], length: int) -> float:
         """Expected tokens per second of a step that drafts `length` tokens (and verifies what `lengths`

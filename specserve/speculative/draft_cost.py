@@ -7,7 +7,9 @@ a block of 6 at four slots, where Algorithm 1 keeps 2-3 tokens of each draft any
 Steady calls (every drafting slot also drafted the step before) make a running mean per
 (slots, length); a catch-up call only stands in, as an upper bound, while its slot count has no
 steady one. Times are made non-decreasing in the length (noise: a short draft measured while the
-caches were cold). An unmeasured length is worked out between the two nearest measured lengths
+caches were cold), and at most a shorter one's scaled in proportion to the length (a slow outlier at a
+length that is then not drafted again would otherwise never be corrected). An unmeasured length is
+worked out between the two nearest measured lengths
 of the same slot count; below them in proportion to the shortest (about right at many slots: DSpark
 at 4 slots takes 0.8 ms for 3 drafts, 1.6 ms for 6; too cheap at one slot, where a call has a fixed
 part); above them as the longest. Both guesses are optimistic on purpose: drafting at a length
@@ -54,9 +56,13 @@ class DraftCost:
 
     @staticmethod
     def _at_length(known: dict[tuple[int, int], float], n_slots: int, length: int) -> float:
-        by_length, longest = {}, 0.0
+        by_length, last = {}, None
         for ln, t in sorted((ln, t) for (n, ln), t in known.items() if n == n_slots):
-            longest = by_length[ln] = max(t, longest)        # a longer draft never costs less (noise aside)
+            if last is not None:
+                # never less than a shorter draft, never more than it scaled in proportion to the length
+                # (a call has a fixed part): a slow outlier at a length not drafted since is capped
+                t = min(max(t, by_length[last]), by_length[last] * ln / last)
+            by_length[ln], last = t, ln
         if length in by_length:
             return by_length[length]
         shorter = [ln for ln in by_length if ln < length]
