@@ -182,9 +182,6 @@ class NullDriver(SpecDriver):
     def __init__(self, n_slots: int = 1):
         super().__init__([], n_slots)
 
-    def draft(self, requests: list[DraftRequest]) -> dict[int, Draft]:
-        return {}
-
 
 def build_driver(spec_types: list[str], ctx: ProposerContext) -> SpecDriver:
     """The driver for the enabled types, with the batch scheduler when --spec-schedule (or
