@@ -32,8 +32,9 @@ def sample(probs: torch.Tensor, generator: torch.Generator | None) -> torch.Tens
 
 
 def verify_logits(logits: torch.Tensor, draft: list[int], q_probs: torch.Tensor | None, top_k: int, top_p: float,
-                  min_p: float, temperature: float, generator: torch.Generator | None) -> list[int]:
-    """One slot's verification in one call, from its logits rows [k + 1, V] (speculative/verify.py): rejection
+                  min_p: float, temperature: float, generator: torch.Generator | None, first_row: int = 0) -> list[int]:
+    """One slot's verification in one call, from its logits rows [first_row, first_row + k + 1) of [R, V]
+    (speculative/verify.py; read in place, not sliced): rejection
     sampling with q_probs [>= k, V], sample and compare (which with no draft is plain sampling) without.
     Same k + 1 uniforms of the generator as `sample(sampling_probs(...))` and the rejection rule, but a
     row's distribution is worked out only when the drafts before it were accepted, and no tensor is made
@@ -45,14 +46,19 @@ def verify_logits(logits: torch.Tensor, draft: list[int], q_probs: torch.Tensor 
     if q_probs is not None:
         q = q_probs[:k]
         q = q if q.dtype == torch.float32 and q.is_contiguous() else q.float().contiguous()
-    # the kernel indexes rows by the vocabulary: a malformed draft must fail here, not read past its rows
-    if x.dim() != 2 or x.shape[0] < k + 1 or (q is not None and q.shape != (k, vocab)) \
-            or any(not 0 <= t < vocab for t in draft):
-        raise ValueError(f"draft of {k} tokens with q {None if q_probs is None else tuple(q_probs.shape)} does "
-                         f"not fit the target's rows {tuple(logits.shape)}")
+    # the kernel reads k + 1 rows and q's k rows (it checks the draft tokens against the vocabulary itself)
+    if x.dim() != 2 or x.shape[0] < first_row + k + 1 or (q is not None and q.shape != (k, vocab)):
+        raise ValueError(_misfit(draft, q_probs, logits))
     uniforms = torch.rand(k + 1, generator=generator, dtype=torch.float64)
     token = ctypes.c_int64()
-    n = library().ss_verify_logits(x.data_ptr(), k, vocab, top_k, top_p, min_p, temperature,
+    n = library().ss_verify_logits(x.data_ptr() + first_row * vocab * 4, k, vocab, top_k, top_p, min_p, temperature,
                                    None if q is None else q.data_ptr(), (ctypes.c_int64 * max(k, 1))(*draft),
                                    uniforms.data_ptr(), ctypes.byref(token))
+    if n < 0:
+        raise ValueError(_misfit(draft, q_probs, logits))
     return draft[:n] + [token.value]
+
+
+def _misfit(draft: list[int], q_probs: torch.Tensor | None, logits: torch.Tensor) -> str:
+    return (f"draft {draft} with q {None if q_probs is None else tuple(q_probs.shape)} does not fit the target's "
+            f"rows {tuple(logits.shape)}")

@@ -30,8 +30,8 @@ def verify(logits: torch.Tensor, draft: list[int], q_probs: torch.Tensor | None,
         return verify_greedy(draft, argmax[first_row:end] if argmax is not None
                              else logits[first_row:end].argmax(dim=-1).tolist())
     if on_native_kernels(logits):      # one call; a row's distribution only once the drafts before it passed
-        return native_sampling.verify_logits(logits[first_row:end], draft, q_probs, params.top_k, params.top_p,
-                                             params.min_p, params.temperature, generator)
+        return native_sampling.verify_logits(logits, draft, q_probs, params.top_k, params.top_p, params.min_p,
+                                             params.temperature, generator, first_row)
     probs = target_probs(logits[first_row:end], params)
     if not draft:
         return [int(sample_rows(probs, generator)[0])]

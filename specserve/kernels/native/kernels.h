@@ -107,7 +107,7 @@ void ss_sampling_probs(const float* logits, int64_t n_rows, int64_t vocab, int32
 void ss_sample(const float* probs, int64_t n_rows, int64_t vocab, const double* uniforms, int64_t* tokens);
 // one slot's verification from its logits rows [k + 1, vocab] (speculative/verify.py): rejection sampling
 // with q rows [k, vocab], or sample and compare with q null; returns the number accepted, *token the
-// target's token after them; uniforms [k + 1]
+// target's token after them (-1: a draft token outside the vocabulary); uniforms [k + 1]
 int64_t ss_verify_logits(const float* logits, int64_t k, int64_t vocab, int32_t top_k, float top_p, float min_p,
                          float temperature, const float* q, const int64_t* draft, const double* uniforms,
                          int64_t* token);

@@ -143,12 +143,15 @@ void ss_sample(const float* probs, int64_t n_rows, int64_t vocab, const double* 
 // u_n * q(d_n) <= p(d_n); at the first rejection the token is a draw from max(0, p - q) (from p where that
 // is zero everywhere) with u_k; with everything accepted the bonus is a draw from p_k with u_k. Without
 // q (sample and compare): y_n is the draw from p_n with u_n, accepted while y_n == d_n; the first y_n
-// that differs (or y_k) is the token. Returns the number accepted; *token the target's token after them.
+// that differs (or y_k) is the token. Returns the number accepted; *token the target's token after them;
+// -1 for a draft token outside the vocabulary.
 int64_t ss_verify_logits(const float* logits, int64_t k, int64_t vocab, int32_t top_k, float top_p, float min_p,
                          float temperature, const float* q, const int64_t* draft, const double* uniforms,
                          int64_t* token) {
     static thread_local std::vector<float> probs, residual, heap;
     static thread_local std::vector<int32_t> kept;
+    for (int64_t n = 0; n < k; n++)
+        if (draft[n] < 0 || draft[n] >= vocab) return -1;     // q and p are indexed by the drafts
     probs.resize(vocab);
     for (int64_t n = 0;; n++) {
         const float* p = probs.data();
