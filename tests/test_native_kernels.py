@@ -14,6 +14,7 @@ from specserve.kernels.packed import PackedLinear, gated_mlp_bias, gated_mlp_wei
 from specserve.kernels.threads import default_threads
 from specserve.models.step_batch import StepBatch
 from specserve.models.transformer import CausalLM
+from support.models import write_model
 
 pytestmark = pytest.mark.skipif(kernels.requested() == "torch", reason="SPECSERVE_KERNELS=torch")
 
@@ -126,6 +127,25 @@ def test_native_forward_matches_pytorch(qwen3_pair):
     assert native_cache.lengths[:3] == [40, 0, 10]
 
 
+@pytest.mark.parametrize("head_dim", [40, 64, 128])
+def test_native_attention_matches_pytorch_at_wider_heads(tmp_path, head_dim):
+    """The attention kernel unrolls by 16-lane chunks of the head dim: a partial last chunk (40), the
+    bundled model's 64 and the widest unrolled (128), over more rows than one tile holds."""
+    folder = write_model(tmp_path / "m", tokenizer=False, head_dim=head_dim, num_attention_heads=4,
+                         num_key_value_heads=1)
+    native = CausalLM.from_pretrained(folder)
+    kernels.configure(kernels="torch")
+    try:
+        reference = CausalLM.from_pretrained(folder)
+    finally:
+        kernels.configure(kernels="auto")
+    caches = native.new_cache(2, 128), reference.new_cache(2, 128)
+    for batch in (StepBatch.build([(0, torch.arange(3, 70), 0), (1, torch.arange(5, 20), 0)], [66, 81]),
+                  StepBatch.build([(0, [5, 6, 7, 8, 9, 10, 11], 67), (1, [8, 9], 15)], list(range(9)))):
+        ours, ref = (model.forward_step(batch, cache) for model, cache in zip((native, reference), caches))
+        torch.testing.assert_close(ours.logits, ref.logits, atol=1e-4, rtol=1e-4)
+
+
 @pytest.mark.parametrize("threads", [1, 2])
 def test_native_forward_rows_are_batch_invariant(tiny_qwen3_bf16, threads):
     """A slot's logits are bit-identical alone and beside other slots' decode rows, drafts and prompt chunks."""
@@ -199,6 +219,7 @@ from specserve import kernels
 from specserve.kernels.packed import PackedLinear
 from specserve.models.step_batch import StepBatch
 from specserve.models.transformer import CausalLM
+from support.models import write_model
 assert kernels.library().ss_features() == 0, kernels.library().ss_features()
 gen = torch.Generator().manual_seed(0)
 for dtype, quant in [(torch.float32, None), (torch.bfloat16, None), (torch.float32, "int8")]:

@@ -35,35 +35,10 @@ float softmax_numerators(float* scores, int64_t n) {
 #endif
 }
 
-// out = sum_j p[j] * values[j] over j < n (even and odd keys summed apart, then together)
+// out = sum_j p[j] * values[j] over j < n (even and odd keys summed apart, then together); the
+// portable path (the AVX-512 one takes units together, below)
 template <int VT>
 void weighted_values(const float* p, const typename Kv<VT>::elem* values, int64_t n, int64_t d, float* out) {
-#ifdef SS_AVX512
-    if (d <= 128) {
-        const int64_t chunks = (d + 15) / 16;
-        __m512 even[8], odd[8];
-        for (int c = 0; c < 8; c++) even[c] = odd[c] = _mm512_setzero_ps();
-        int64_t j = 0;
-        for (; j + 1 < n; j += 2) {
-            const __m512 p0 = _mm512_set1_ps(p[j]), p1 = _mm512_set1_ps(p[j + 1]);
-            const auto* v0 = values + j * d;
-            const auto* v1 = v0 + d;
-            for (int64_t c = 0; c < chunks; c++) {
-                const __mmask16 m = tail_mask(d - c * 16);
-                even[c] = _mm512_fmadd_ps(p0, Kv<VT>::load(m, v0 + c * 16), even[c]);
-                odd[c] = _mm512_fmadd_ps(p1, Kv<VT>::load(m, v1 + c * 16), odd[c]);
-            }
-        }
-        if (j < n) {
-            const __m512 p0 = _mm512_set1_ps(p[j]);
-            for (int64_t c = 0; c < chunks; c++)
-                even[c] = _mm512_fmadd_ps(p0, Kv<VT>::load(tail_mask(d - c * 16), values + j * d + c * 16), even[c]);
-        }
-        for (int64_t c = 0; c < chunks; c++)
-            _mm512_mask_storeu_ps(out + c * 16, tail_mask(d - c * 16), _mm512_add_ps(even[c], odd[c]));
-        return;
-    }
-#endif
     for (int64_t i = 0; i < d; i++) {
         float even = 0.0f, odd = 0.0f;
         int64_t j = 0;
@@ -80,31 +55,54 @@ void weighted_values(const float* p, const typename Kv<VT>::elem* values, int64_
 // out[u] = sum_j p[u][j] * values[j] for U units in ONE pass over the values (each value row is
 // loaded once for all units). Per unit one accumulator per 16 lanes, keys in order: a unit's
 // arithmetic does not depend on which units share the pass (batch invariance); units with fewer
-// keys than n have zero weights past their own (adding 0 * v changes nothing).
-template <int VT, int U>
+// keys than n have zero weights past their own (adding 0 * v changes nothing). CH (the 16-lane
+// chunks of d) is a template argument so that the U x CH accumulators live in registers: with a
+// run-time count they went through the stack, and this pass cost three times the scores'.
+template <int VT, int U, int CH>
 void weighted_values_units(const float* p, int64_t stride, const typename Kv<VT>::elem* values, int64_t n,
                            int64_t d, float* const* out) {
-    const int64_t chunks = (d + 15) / 16;
-    __m512 acc[U][8];
-    for (int u = 0; u < U; u++)
-        for (int c = 0; c < 8; c++) acc[u][c] = _mm512_setzero_ps();
+    __m512 acc[U][CH];
+    __mmask16 masks[CH];
+#pragma GCC unroll 8
+    for (int c = 0; c < CH; c++) {
+        masks[c] = tail_mask(d - c * 16);
+#pragma GCC unroll 4
+        for (int u = 0; u < U; u++) acc[u][c] = _mm512_setzero_ps();
+    }
     for (int64_t j = 0; j < n; j++) {
         const auto* v = values + j * d;
-        for (int64_t c = 0; c < chunks; c++) {
-            const __m512 vc = Kv<VT>::load(tail_mask(d - c * 16), v + c * 16);
+        __m512 pj[U];
 #pragma GCC unroll 4
-            for (int u = 0; u < U; u++) acc[u][c] = _mm512_fmadd_ps(_mm512_set1_ps(p[u * stride + j]), vc, acc[u][c]);
+        for (int u = 0; u < U; u++) pj[u] = _mm512_set1_ps(p[u * stride + j]);
+#pragma GCC unroll 8
+        for (int c = 0; c < CH; c++) {
+            const __m512 vc = Kv<VT>::load(masks[c], v + c * 16);
+#pragma GCC unroll 4
+            for (int u = 0; u < U; u++) acc[u][c] = _mm512_fmadd_ps(pj[u], vc, acc[u][c]);
         }
     }
+#pragma GCC unroll 4
     for (int u = 0; u < U; u++)
-        for (int64_t c = 0; c < chunks; c++) _mm512_mask_storeu_ps(out[u] + c * 16, tail_mask(d - c * 16), acc[u][c]);
+#pragma GCC unroll 8
+        for (int c = 0; c < CH; c++) _mm512_mask_storeu_ps(out[u] + c * 16, masks[c], acc[u][c]);
 }
 
 typedef void (*WeightedFn)(const float*, int64_t, const void*, int64_t, int64_t, float* const*);
-template <int VT, int U>
+template <int VT, int U, int CH>
 void weighted_erased(const float* p, int64_t stride, const void* values, int64_t n, int64_t d, float* const* out) {
-    weighted_values_units<VT, U>(p, stride, static_cast<const typename Kv<VT>::elem*>(values), n, d, out);
+    weighted_values_units<VT, U, CH>(p, stride, static_cast<const typename Kv<VT>::elem*>(values), n, d, out);
 }
+
+// [units - 1][chunks - 1]: up to 4 units at up to 4 chunks (d <= 64), up to 2 at up to 8 (d <= 128)
+#define SS_WEIGHTED_ROW(VT, U) {weighted_erased<VT, U, 1>, weighted_erased<VT, U, 2>, weighted_erased<VT, U, 3>, \
+    weighted_erased<VT, U, 4>, weighted_erased<VT, U, 5>, weighted_erased<VT, U, 6>, weighted_erased<VT, U, 7>, \
+    weighted_erased<VT, U, 8>}
+template <int VT>
+struct WeightedTable {
+    static constexpr WeightedFn fns[4][8] = {SS_WEIGHTED_ROW(VT, 1), SS_WEIGHTED_ROW(VT, 2), SS_WEIGHTED_ROW(VT, 3),
+                                             SS_WEIGHTED_ROW(VT, 4)};
+};
+#undef SS_WEIGHTED_ROW
 #endif
 
 // scores of U units for n_blocks key blocks: per unit two accumulators (even and odd i) over the head dim
@@ -175,8 +173,7 @@ void attend_typed(const AttentionTile& t) {
     const auto* values = static_cast<const typename Kv<VT>::elem*>(t.values);
 #ifdef SS_AVX512
     if (d <= 128) {       // the units share passes over the values, 4 (d <= 64) or 2 at a time
-        static constexpr WeightedFn kUnits[4] = {weighted_erased<VT, 1>, weighted_erased<VT, 2>,
-                                                 weighted_erased<VT, 3>, weighted_erased<VT, 4>};
+        const int64_t chunks = (d + 15) / 16;
         float inv[kMaxUnits];
         for (int u = 0; u < t.n_units; u++) {
             float* s = scores + u * stride;
@@ -188,7 +185,8 @@ void attend_typed(const AttentionTile& t) {
             const int n_group = std::min(group, t.n_units - u0);
             int64_t n = 0;
             for (int u = u0; u < u0 + n_group; u++) n = std::max(n, t.n_keys[u]);
-            kUnits[n_group - 1](scores + u0 * stride, stride, t.values, n, d, t.out + u0);
+            WeightedTable<VT>::fns[n_group - 1][chunks - 1](scores + u0 * stride, stride, t.values, n, d,
+                                                           t.out + u0);
         }
         for (int u = 0; u < t.n_units; u++)
             for (int64_t i = 0; i < d; i++) t.out[u][i] *= inv[u];
