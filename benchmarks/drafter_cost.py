@@ -7,7 +7,7 @@ exceeds the break-even
     tau* = (draft call + verify(1 + n rows)) / verify(1 row).
 
 This script measures, on the bundled model and in one run: the target forward by row count, and
-the draft call of every shipped drafter (bfloat16 and int8 weights) and of block-drafter shapes (layers, block size, Markov
+the draft call of every shipped drafter (bfloat16, int8 and, with int8 dot products, q8 weights) and of block-drafter shapes (layers, block size, Markov
 rank; random weights, since cost does not depend on them), each at one slot (the shipped ones
 also for 4 slots at once), greedy, on the native kernels with one thread. With the shipped
 drafters' measured tau (benchmarks/method_table.py) it predicts their speedup. Prints the table, writes JSON and docs/results/drafter_cost.md.
@@ -85,10 +85,10 @@ def main() -> None:
     verify = forward_ms_by_rows(CausalLM.from_pretrained(STDLIB_CODER), [1, 2, 4, 5, 7, 9, 17])
     rows = []
     for spec_type, (folder, n_max) in shipped_drafters().items():
-        for quant in ("none", "int8"):      # bfloat16 and int8 weights (the chains are served with int8)
+        for quant in ("none", "int8") + (("q8",) if kernels.has_int8_dot() else ()):
             ms, tau = draft_call_ms(spec_type, folder, n_max, args.n_tokens, quant=quant)
             ms_4, _ = draft_call_ms(spec_type, folder, n_max, args.n_tokens, slots=4, quant=quant)
-            name = f"shipped {spec_type}" + (", int8" if quant == "int8" else "")
+            name = f"shipped {spec_type}" + (f", {quant}" if quant != "none" else "")
             rows.append({"drafter": name, "spec_type": spec_type, "n": n_max, "draft_ms": ms,
                          "draft_ms_4_slots": ms_4, "tau": tau})
     float_target = CausalLM.from_pretrained(STDLIB_CODER, dtype="float32")     # shapes for the random drafters

@@ -6,8 +6,9 @@ tokens per verification step), acceptance per draft position, decode tokens/s an
 over no speculation in the same setting. The speedup is measured in process CPU time (one
 torch thread by default), which other jobs on a shared machine do not distort; tok/s is the
 wall-clock decode rate. The drafters are the ones shipped for the bundled model
-(specserve.bundled.STDLIB_CODER_DRAFTERS), served as shipped: `--quant-draft int8` for the draft-simple, EAGLE-3
-and MTP chains (`--quant-draft none` runs every drafter in bfloat16); a type without one is skipped with a note.
+(specserve.bundled.STDLIB_CODER_DRAFTERS), served as shipped (specserve.bundled.served_options: `--quant-draft q8`
+on CPUs with int8 dot products, else int8 for the draft-simple, EAGLE-3 and MTP chains; `--quant-draft none`
+runs every drafter in bfloat16); a type without one is skipped with a note.
 At T=1 the model drafters also run with `--spec-draft-sample` (drafts sampled from q, verified by rejection
 sampling).
 Every (prompt set, temperature) cell, and every repeat of it, runs on a new engine, so methods that learn
@@ -31,7 +32,7 @@ from pathlib import Path
 from specserve import LLM, SamplingParams
 from specserve import kernels
 from specserve.errors import SpecServeError
-from specserve.bundled import STDLIB_CODER_DRAFT_QUANT, STDLIB_CODER_DRAFTERS, shipped_drafters
+from specserve.bundled import STDLIB_CODER_DRAFTERS, served_quant, shipped_drafters
 from specserve.llm import BUNDLED_MODEL
 from specserve.speculative.registry import available_types, proposer_class
 
@@ -41,8 +42,8 @@ import results_table
 PROMPT_SETS = {"code": CODE_PROMPTS, "free-text": TEXT_PROMPTS}
 
 MODEL_DRAFTERS = ("draft-simple", "draft-eagle3", "draft-mtp")
-QUANT_WORDS = {"served": "as served (int8 for the draft-simple, EAGLE-3 and MTP chains, bfloat16 for the block "
-                         "drafters)", "none": "bfloat16", "int8": "int8"}
+QUANT_WORDS = {"served": "as served (q8 with int8 dot products, else int8 for the draft-simple, EAGLE-3 and MTP "
+                         "chains and bfloat16 for the block drafters)", "none": "bfloat16", "int8": "int8", "q8": "q8"}
 BLOCK_DRAFTERS = ("draft-dflash", "draft-dspark")
 
 
@@ -124,9 +125,9 @@ def main() -> None:
     parser.add_argument("-np", "--parallel", type=int, default=1,
                         help="slots; above 1 each prompt set is submitted at once and batched")
     parser.add_argument("--schedule", action="store_true", help="--spec-schedule for every speculative method")
-    parser.add_argument("--quant-draft", default="served", choices=("served", "none", "int8"),
-                        help="draft weights: as the shipped drafters are served (int8 for the chains), "
-                             "all bfloat16, or all int8")
+    parser.add_argument("--quant-draft", default="served", choices=("served", "none", "int8", "q8"),
+                        help="draft weights: as the shipped drafters are served (specserve.bundled.served_quant), "
+                             "all bfloat16, all int8, or all q8")
     parser.add_argument("--drafter", action="append", default=[], metavar="TYPE=DIR",
                         help="use the drafter in DIR for spec type TYPE instead of the shipped one (repeatable)")
     parser.add_argument("--out", default="runs/method_table.json")
@@ -148,7 +149,7 @@ def main() -> None:
     baseline: dict[tuple, dict] = {}
     for label, spec_type, folder, extra, config_temps in configs:
         n_max = args.block_n_max if spec_type in BLOCK_DRAFTERS else args.n_max
-        quant = args.quant_draft if args.quant_draft != "served" else STDLIB_CODER_DRAFT_QUANT.get(spec_type, "none")
+        quant = args.quant_draft if args.quant_draft != "served" else (served_quant(spec_type) or "none")
         if quant != "none" and proposer_class(spec_type).model_drafter:
             extra = {**extra, "quant_draft": quant}
 

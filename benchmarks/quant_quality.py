@@ -1,6 +1,6 @@
 """What weight quantization costs in quality and buys in speed, on the bundled model.
 
-For each --quant setting (none = the checkpoint's bfloat16, int8) the script serves the bundled
+For each --quant setting (none = the checkpoint's bfloat16, int8, and q8 on CPUs with int8 dot products) the script serves the bundled
 model through the same kernels the engine uses and measures, side by side in one run:
   * held-out perplexity: the standard-library files the model never saw in training
     (specserve/train/corpus.py's split), in 1024-token windows, every position scored;
@@ -26,7 +26,7 @@ from tokenizers import Tokenizer
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from specserve import LLM, SamplingParams  # noqa: E402
+from specserve import LLM, SamplingParams, kernels  # noqa: E402
 from specserve.commands.demo import DEMO_PROMPT  # noqa: E402
 from specserve.llm import BUNDLED_MODEL  # noqa: E402
 
@@ -101,7 +101,7 @@ def main() -> int:
         return 0
     tokens = held_out_tokens(args.max_tokens)
     rows, reference = [], None
-    for quant in ("none", "int8"):
+    for quant in ("none", "int8") + (("q8",) if kernels.has_int8_dot() else ()):
         row = {"quant": quant}
         for threads in (1, 2):
             llm = LLM(None, threads=threads, quant=None if quant == "none" else quant, ctx_size=WINDOW)

@@ -39,7 +39,7 @@ def load_engine(model: str | Path | None = None, draft_model: str | Path | None 
 
     threads: compute threads (0 = the physical cores; None keeps the process setting);
     kernels: auto / native / torch (None keeps the process setting, SPECSERVE_KERNELS by default);
-    quant: None or "int8", the target's weight quantization on the native kernels;
+    quant: None, "int8" or "q8", the target's weight quantization on the native kernels (--quant);
     cache_type_k / cache_type_v: the KV cache's element types, f32 (default), f16 or bf16 (native kernels).
     """
     for name, value in (("--cache-type-k", cache_type_k), ("--cache-type-v", cache_type_v)):

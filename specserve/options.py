@@ -47,8 +47,9 @@ MODEL_OPTIONS = [
            "KV cache element type of the values: f32, f16 or bf16 (native kernels only)",
            env="LLAMA_ARG_CACHE_TYPE_V"),
     Option(("--quant",), "quant", str, "none",
-           "weight quantization of the target: none or int8 (weight-only, one scale per output row; native "
-           "kernels only). The quantized model is the one served: speculation stays lossless against it"),
+           "weight quantization of the target: none, int8 (weight-only, one scale per output row) or q8 (int8 "
+           "weights and int8 rows, one scale per row, integer dot products on AVX-512 VNNI); native kernels only. "
+           "The quantized model is the one served: speculation stays lossless against it"),
 ]
 
 SAMPLING_OPTIONS = [

@@ -6,6 +6,7 @@ import json
 import pytest
 
 from specserve import LLM, SamplingParams
+from specserve import kernels
 from specserve.bundled import STDLIB_CODER_DRAFT_QUANT, STDLIB_CODER_DRAFTERS, served_options, shipped_drafters
 from specserve.commands.demo import default_spec_types
 from specserve.llm import BUNDLED_MODEL
@@ -28,11 +29,12 @@ def test_every_drafter_is_shipped():
 @pytest.mark.parametrize("spec_type", list(STDLIB_CODER_DRAFTERS))
 @pytest.mark.parametrize("quant", ["served", None])
 def test_bundled_drafter_is_accepted_and_lossless(baseline, spec_type, quant):
-    """As served (int8 weights for the chain drafters) and in bfloat16."""
+    """As served (q8 with int8 dot products, else int8 weights for the chain drafters) and in bfloat16."""
     folder, n_max = STDLIB_CODER_DRAFTERS[spec_type]
     options = served_options(spec_type) if quant == "served" else {"spec_draft_n_max": n_max}
     assert options["spec_draft_n_max"] == n_max
-    assert options.get("quant_draft") == ("int8" if quant and spec_type in STDLIB_CODER_DRAFT_QUANT else None)
+    served = "q8" if kernels.mode() == "native" and kernels.has_int8_dot() else STDLIB_CODER_DRAFT_QUANT.get(spec_type)
+    assert options.get("quant_draft") == (served if quant else None)
     llm = LLM(BUNDLED_MODEL, draft_model=folder, spec_type=spec_type, n_parallel=2, **options)
     assert llm.engine.driver.max_draft() == n_max
     outs = llm.generate(PROMPTS, SamplingParams(temperature=0, max_tokens=48, ignore_eos=True))

@@ -18,7 +18,7 @@ from support.models import write_model
 
 pytestmark = pytest.mark.skipif(kernels.requested() == "torch", reason="SPECSERVE_KERNELS=torch")
 
-WEIGHT_CASES = [(torch.float32, None), (torch.bfloat16, None), (torch.float32, "int8")]
+WEIGHT_CASES = [(torch.float32, None), (torch.bfloat16, None), (torch.float32, "int8"), (torch.float32, "q8")]
 
 
 def _weights(n, k, dtype, seed=0):
@@ -27,12 +27,15 @@ def _weights(n, k, dtype, seed=0):
 
 
 def _reference(x, weight, bias, quant):
-    """float64 x W^T + b with the kernel's input rounding: bf16 rows for bf16 weights, q*scale for int8."""
-    if quant == "int8":
+    """float64 x W^T + b with the kernel's input rounding: bf16 rows for bf16 weights, q*scale for int8,
+    and for q8 also each row rounded to int8 with scale max|x| / 127 (round half to even)."""
+    w = weight.double()
+    if quant in ("int8", "q8"):
         q, scale = quantize_int8(weight)
         w = q.double() * scale.double().unsqueeze(1)
-    else:
-        w = weight.double()
+    if quant == "q8":
+        amax = x.abs().amax(dim=1, keepdim=True)
+        x = torch.round(x * torch.where(amax > 0, 127.0 / amax, torch.zeros_like(amax))).clamp(-127, 127) * (amax / 127)
     if weight.dtype == torch.bfloat16 and kernels.has_bf16_dot():
         x = x.bfloat16()
     return F.linear(x.double(), w, None if bias is None else bias.double())
@@ -64,13 +67,25 @@ def test_rows_are_bit_identical_in_any_batch_and_thread_count(dtype, quant):
         kernels.library().ss_set_threads(previous)
 
 
-def test_add_mode_accumulates_into_the_output():
+@pytest.mark.parametrize("quant", [None, "q8"])
+def test_add_mode_accumulates_into_the_output(quant):
     weight, bias = _weights(40, 24, torch.float32)
-    packed, x = PackedLinear(weight, bias), torch.randn(3, 24)
+    packed, x = PackedLinear(weight, bias, quant), torch.randn(3, 24)
     residual = torch.randn(3, 40)
     out = residual.clone()
     packed(x, out=out, mode=capi.OUT_ADD)
-    torch.testing.assert_close(out, residual + F.linear(x, weight, bias), atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(out.double(), residual.double() + _reference(x, weight, bias, quant), atol=1e-5, rtol=1e-5)
+
+
+def test_q8_gated_mlp_epilogue_matches_the_integer_reference():
+    gen = torch.Generator().manual_seed(4)
+    gate, up = torch.randn(40, 36, generator=gen) * 0.3, torch.randn(40, 36, generator=gen) * 0.3
+    weight, _ = gated_mlp_weight(gate, up)
+    x = torch.randn(5, 36, generator=gen)
+    out = PackedLinear(weight, None, "q8")(x, mode=capi.OUT_SWIGLU)
+    both = _reference(x, weight, None, "q8").view(5, -1, 2, 16)        # blocks alternate gate and up
+    expected = (F.silu(both[:, :, 0]) * both[:, :, 1]).reshape(5, -1)
+    torch.testing.assert_close(out.double(), expected, atol=2e-5, rtol=2e-5)
 
 
 @pytest.mark.parametrize("act,fn", [("silu", F.silu), ("gelu", F.gelu),
@@ -219,10 +234,9 @@ from specserve import kernels
 from specserve.kernels.packed import PackedLinear
 from specserve.models.step_batch import StepBatch
 from specserve.models.transformer import CausalLM
-from support.models import write_model
 assert kernels.library().ss_features() == 0, kernels.library().ss_features()
 gen = torch.Generator().manual_seed(0)
-for dtype, quant in [(torch.float32, None), (torch.bfloat16, None), (torch.float32, "int8")]:
+for dtype, quant in [(torch.float32, None), (torch.bfloat16, None), (torch.float32, "int8"), (torch.float32, "q8")]:
     w = (torch.randn(40, 37, generator=gen) * 0.1).to(dtype)
     x = torch.randn(5, 37, generator=gen)
     packed = PackedLinear(w, None, quant)

@@ -1,5 +1,5 @@
-"""Weight-only int8 through the engine: the quantized target is the model served, speculation stays
-exactly lossless against it, and a quantized drafter never changes the output."""
+"""int8 weights (and q8: int8 weights and rows) through the engine: the quantized target is the model
+served, speculation stays exactly lossless against it, and a quantized drafter never changes the output."""
 import pytest
 
 from support.prompts import SMALL_PROMPTS as PROMPTS
@@ -15,25 +15,31 @@ def _ids(llm):
     return [o.token_ids for o in llm.generate(PROMPTS, GREEDY)]
 
 
-def test_int8_target_changes_the_model_a_little(tiny_qwen3_bf16):
+QUANTS = ["int8", "q8"]
+
+
+@pytest.mark.parametrize("quant", QUANTS)
+def test_quantized_target_changes_the_model_a_little(tiny_qwen3_bf16, quant):
     full = LLM(tiny_qwen3_bf16)
-    int8 = LLM(tiny_qwen3_bf16, quant="int8")
-    assert int8.target.native.stack.nbytes < 0.6 * full.target.native.stack.nbytes
-    logits_full, logits_int8 = full.score(PROMPTS[2]), int8.score(PROMPTS[2])
-    assert 0 < (logits_full - logits_int8).abs().max() < 0.05 * logits_full.abs().max()
+    quantized = LLM(tiny_qwen3_bf16, quant=quant)
+    assert quantized.target.native.stack.nbytes < 0.6 * full.target.native.stack.nbytes
+    logits_full, logits_quantized = full.score(PROMPTS[2]), quantized.score(PROMPTS[2])
+    assert 0 < (logits_full - logits_quantized).abs().max() < 0.05 * logits_full.abs().max()
 
 
 @pytest.mark.parametrize("spec", [{"spec_type": "ngram-simple", "spec_ngram_simple_size_n": 1},
                                   {"spec_type": "ngram-mod", "spec_ngram_mod_n_match": 2, "spec_ngram_mod_n_min": 1}])
-def test_speculation_is_lossless_on_an_int8_target(tiny_qwen3_bf16, spec):
-    plain = _ids(LLM(tiny_qwen3_bf16, n_parallel=3, quant="int8"))
-    assert _ids(LLM(tiny_qwen3_bf16, n_parallel=3, quant="int8", **spec)) == plain
+@pytest.mark.parametrize("quant", QUANTS)
+def test_speculation_is_lossless_on_a_quantized_target(tiny_qwen3_bf16, spec, quant):
+    plain = _ids(LLM(tiny_qwen3_bf16, n_parallel=3, quant=quant))
+    assert _ids(LLM(tiny_qwen3_bf16, n_parallel=3, quant=quant, **spec)) == plain
 
 
-def test_an_int8_drafter_does_not_change_the_output(tiny_qwen3_bf16):
+@pytest.mark.parametrize("quant", QUANTS)
+def test_a_quantized_drafter_does_not_change_the_output(tiny_qwen3_bf16, quant):
     plain = _ids(LLM(tiny_qwen3_bf16, n_parallel=3))
     drafted = LLM(tiny_qwen3_bf16, draft_model=tiny_qwen3_bf16, spec_type="draft-simple", n_parallel=3,
-                  quant_draft="int8")
+                  quant_draft=quant)
     assert drafted.engine.driver.proposers[0].model.native.stack.nbytes < \
         0.6 * LLM(tiny_qwen3_bf16).target.native.stack.nbytes
     assert _ids(drafted) == plain
@@ -41,7 +47,7 @@ def test_an_int8_drafter_does_not_change_the_output(tiny_qwen3_bf16):
 
 
 def test_bad_quantization_options_are_errors(tiny_qwen3_bf16, torch_kernels):
-    with pytest.raises(OptionError, match="--quant must be one of none, int8"):
+    with pytest.raises(OptionError, match="--quant must be one of none, int8, q8"):
         LLM(tiny_qwen3_bf16, quant="int4")
     with pytest.raises(OptionError, match="needs the native CPU kernels"):
         LLM(tiny_qwen3_bf16, quant="int8")

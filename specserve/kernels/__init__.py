@@ -14,7 +14,7 @@ import os
 
 from ..errors import OptionError
 from .build import KernelBuildError, library_path
-from .capi import ABI_VERSION, FEATURE_AVX512, FEATURE_AVX512_BF16, bind
+from .capi import ABI_VERSION, FEATURE_AVX512, FEATURE_AVX512_BF16, FEATURE_AVX512_VNNI, bind
 from .threads import default_threads
 
 log = logging.getLogger("specserve.kernels")
@@ -122,3 +122,8 @@ def has_bf16_dot() -> bool:
 
 def has_avx512() -> bool:
     return bool(library().ss_features() & FEATURE_AVX512)
+
+
+def has_int8_dot() -> bool:
+    """Whether q8 weights run on int8 dot-product instructions (elsewhere they take a slow portable path)."""
+    return bool(library().ss_features() & FEATURE_AVX512_VNNI)

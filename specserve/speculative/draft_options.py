@@ -17,8 +17,8 @@ DRAFT_OPTIONS = [
            "draft-simple/eagle3/mtp at temperature > 0: sample drafts from the draft's top-10 distribution and "
            "verify by rejection sampling with it (default: greedy drafts, verified one-hot as in llama.cpp)"),
     Option(("--quant-draft",), "quant_draft", str, "none",
-           "weight quantization of the draft model or head: none or int8 (native kernels only); drafts are "
-           "verified by the target, so output does not change"),
+           "weight quantization of the draft model or head: none, int8 or q8 (as --quant; native kernels only); "
+           "drafts are verified by the target, so output does not change"),
 ]
 
 

@@ -16,6 +16,9 @@ int32_t ss_features(void) {
 #endif
     if (ss::amx_usable()) f |= 4;
     if (ss::amx_usable() && ss::amx_matches_avx512()) f |= 8;
+#ifdef SS_AVX512VNNI
+    f |= 16;
+#endif
     return f;
 }
 

@@ -66,6 +66,7 @@ void gemm_portable(const ss_weight& w, const float* x, int64_t m, int64_t ldx, c
 void gemm(const ss_weight& w, const float* x, int64_t m, int64_t ldx, float* out, int64_t ldo, int mode) {
     if (m <= 0) return;
     const Epilogue e{out, ldo, mode, w.n, w.scales, w.bias, w.act};
+    if (w.type == SS_W_Q8) return gemm_q8(w, x, m, ldx, e);
 #ifdef SS_AVX512
     if (w.type != SS_W_BF16) return gemm_avx512(w, x, m, ldx, e);
 #ifdef SS_AVX512BF16
@@ -100,6 +101,7 @@ void ss_pack(int32_t type, const void* src, int32_t src_bf16, int64_t n, int64_t
     const int64_t n_blocks = (n + NB - 1) / NB, kp = k_padded(type, k), bb = block_bytes(type, k);
     parallel_for(n_blocks, [&](int64_t b) {
         uint8_t* block = static_cast<uint8_t*>(dst) + b * bb;
+        if (type == SS_W_Q8) return pack_q8_block(static_cast<const int8_t*>(src), n, k, b, block);
         for (int64_t kk = 0; kk < kp; kk++) {
             for (int l = 0; l < NB; l++) {
                 const int64_t row = b * NB + l;

@@ -95,6 +95,44 @@ void tile_bf16(const void* xp, int64_t ldx, const uint8_t* wp, int64_t bb, int64
 }
 #endif
 
+#ifdef SS_AVX512VNNI
+// x: int8 rows stored as q + 128 (k padded to quads); one step consumes a quad of k (gemm_q8.cpp)
+template <int R, int C>
+void tile_q8(const void* xp, int64_t ldx, const uint8_t* wp, int64_t bb, int64_t k, const Epilogue& e, int64_t r0,
+             int64_t block0) {
+    const uint8_t* x = static_cast<const uint8_t*>(xp) + r0 * ldx;
+    const int64_t k4 = k_padded(SS_W_Q8, k) / 4;
+    __m512i sums[R][C];
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++)
+#pragma GCC unroll 4
+        for (int c = 0; c < C; c++) sums[r][c] = _mm512_setzero_si512();
+    for (int64_t kk = 0; kk < k4; kk++) {
+        __m512i wv[C];
+#pragma GCC unroll 4
+        for (int c = 0; c < C; c++) wv[c] = _mm512_loadu_si512(wp + c * bb + Q8_SUMS_BYTES + kk * 4 * NB);
+#pragma GCC unroll 4
+        for (int r = 0; r < R; r++) {
+            int32_t quad;
+            std::memcpy(&quad, x + r * ldx + 4 * kk, 4);
+            const __m512i xv = _mm512_set1_epi32(quad);
+#pragma GCC unroll 4
+            for (int c = 0; c < C; c++) sums[r][c] = _mm512_dpbusd_epi32(sums[r][c], xv, wv[c]);
+        }
+    }
+    SS_ZERO_ACC()
+#pragma GCC unroll 4
+    for (int c = 0; c < C; c++) {
+        const __m512i offset = _mm512_slli_epi32(_mm512_loadu_si512(wp + c * bb), 7);     // 128 x column sums
+#pragma GCC unroll 4
+        for (int r = 0; r < R; r++)
+            acc[r][c] = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(sums[r][c], offset)),
+                                      _mm512_set1_ps(e.row_scales[r0 + r]));
+    }
+    finish_tile<R, C>(acc, e, r0, block0);
+}
+#endif
+
 typedef void (*TileFn)(const void*, int64_t, const uint8_t*, int64_t, int64_t, const Epilogue&, int64_t, int64_t);
 template <int R, int C>
 constexpr TileFn tile_f32 = tile_fma<LoadF32, R, C>;
@@ -108,6 +146,9 @@ const TileFn kTilesI8[MR][NR] = SS_TILE_TABLE(tile_i8);
 #ifdef SS_AVX512BF16
 const TileFn kTilesBF16[MR][NR] = SS_TILE_TABLE(tile_bf16);
 #endif
+#ifdef SS_AVX512VNNI
+const TileFn kTilesQ8[MR][NR] = SS_TILE_TABLE(tile_q8);
+#endif
 
 }  // namespace
 
@@ -115,6 +156,9 @@ void gemm_avx512(const ss_weight& w, const void* x, int64_t m, int64_t ldx, cons
     const TileFn(*tiles)[NR] = w.type == SS_W_F32 ? kTilesF32 : kTilesI8;
 #ifdef SS_AVX512BF16
     if (w.type == SS_W_BF16) tiles = kTilesBF16;
+#endif
+#ifdef SS_AVX512VNNI
+    if (w.type == SS_W_Q8) tiles = kTilesQ8;
 #endif
     const int64_t n_blocks = (w.n + NB - 1) / NB, bb = block_bytes(w.type, w.k);
     const int64_t n_tiles = (n_blocks + NR - 1) / NR, m_chunks = (m + M_CHUNK - 1) / M_CHUNK;

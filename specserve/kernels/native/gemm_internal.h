@@ -14,11 +14,18 @@ constexpr int MR = 4;             // rows per AVX-512 tile
 constexpr int64_t M_CHUNK = 64;   // rows per task
 constexpr int64_t BF16_K_ALIGN = 32;   // bf16 k is padded to whole AMX tiles (32 values)
 
+constexpr int64_t Q8_K_ALIGN = 4;     // Q8 k is padded to whole quads (one vpdpbusd lane)
+constexpr int64_t Q8_SUMS_BYTES = NB * 4;   // a Q8 block starts with its 16 columns' int32 weight sums
+
 inline int64_t k_padded(int type, int64_t k) {
-    return type == SS_W_BF16 ? (k + BF16_K_ALIGN - 1) / BF16_K_ALIGN * BF16_K_ALIGN : k;
+    if (type == SS_W_BF16) return (k + BF16_K_ALIGN - 1) / BF16_K_ALIGN * BF16_K_ALIGN;
+    if (type == SS_W_Q8) return (k + Q8_K_ALIGN - 1) / Q8_K_ALIGN * Q8_K_ALIGN;
+    return k;
 }
 inline int64_t elem_bytes(int type) { return type == SS_W_F32 ? 4 : type == SS_W_BF16 ? 2 : 1; }
-inline int64_t block_bytes(int type, int64_t k) { return NB * k_padded(type, k) * elem_bytes(type); }
+inline int64_t block_bytes(int type, int64_t k) {
+    return NB * k_padded(type, k) * elem_bytes(type) + (type == SS_W_Q8 ? Q8_SUMS_BYTES : 0);
+}
 
 struct Epilogue {
     float* out;
@@ -28,6 +35,7 @@ struct Epilogue {
     const float* scales;     // padded to whole blocks
     const float* bias;       // padded to whole blocks
     int act;
+    const float* row_scales = nullptr;   // Q8: each row's int8 scale
 };
 
 #ifdef SS_AVX512
@@ -60,8 +68,11 @@ inline void store_gated(const Epilogue& e, int64_t row, int64_t gate_block, __m5
 }
 #endif
 
-// the kernels of each instruction set; x is float32 rows, or bf16 rows (k padded) for BF16 weights
+// the kernels of each instruction set; x is float32 rows, bf16 rows (k padded) for BF16 weights, or
+// int8 rows stored as q + 128 (k padded, e.row_scales) for Q8 weights
 void gemm_portable(const ss_weight& w, const float* x, int64_t m, int64_t ldx, const Epilogue& e);
+void gemm_q8(const ss_weight& w, const float* x, int64_t m, int64_t ldx, const Epilogue& e);
+void pack_q8_block(const int8_t* src, int64_t n, int64_t k, int64_t block, uint8_t* dst);
 void gemm_avx512(const ss_weight& w, const void* x, int64_t m, int64_t ldx, const Epilogue& e);
 bool amx_usable();
 void gemm_amx(const ss_weight& w, const uint16_t* x, int64_t m, int64_t ldx, const Epilogue& e);

@@ -5,15 +5,17 @@
 
 extern "C" {
 
-enum { SS_W_F32 = 0, SS_W_BF16 = 1, SS_W_I8 = 2 };
+enum { SS_W_F32 = 0, SS_W_BF16 = 1, SS_W_I8 = 2, SS_W_Q8 = 3 };
 enum { SS_OUT_STORE = 0, SS_OUT_ADD = 1, SS_OUT_SWIGLU = 2 };
 
 // A packed weight W [n, k] (y = x W^T + bias). Layout per 16-column block:
-//   F32  [k][16] float;  BF16 [k_padded/2][16][2] bf16;  I8 [k][16] int8 with scales[n] per column.
+//   F32  [k][16] float;  BF16 [k_padded/2][16][2] bf16;  I8 [k][16] int8 with scales[n] per column;
+//   Q8   [16] int32 column sums, then [k_padded/4][16][4] int8, scales[n] per column (the rows are
+//        rounded to int8 too, gemm_q8.cpp).
 // For SS_OUT_SWIGLU the blocks alternate gate block j, up block j (n = 2 * width).
 struct ss_weight {
     const void* data;
-    const float* scales;      // I8 only
+    const float* scales;      // I8 and Q8 only
     const float* bias;        // nullable, [n]
     int32_t type;
     int32_t n;

@@ -12,6 +12,9 @@
 #if defined(__AVX512BF16__)
 #define SS_AVX512BF16 1
 #endif
+#if defined(__AVX512VNNI__)
+#define SS_AVX512VNNI 1
+#endif
 #endif
 
 namespace ss {
