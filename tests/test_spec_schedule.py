@@ -15,8 +15,9 @@ from support.prompts import DRAFTER_PROMPTS, PI, TWO
 from specserve import LLM, SamplingParams
 from specserve.models.step_batch import StepBatch, split_by_length
 from specserve.speculative import registry
-from specserve.speculative.acceptance_schedule import (DECIDE_EVERY, EXPLORE_EVERY, EXPLORE_SHARE,
-                                                       PRIOR, AcceptanceScheduler)
+from specserve.speculative.acceptance_schedule import (DECIDE_EVERY, EXPLORE_EVERY, EXPLORE_SHARE, PLAIN_EVERY,
+                                                       PRIOR, REALIZED_MIN, REALIZED_RECENT,
+                                                       AcceptanceScheduler)
 from specserve.speculative.base import Draft
 from specserve.speculative.step_cost import StepCostTable
 
@@ -64,7 +65,7 @@ def test_drafting_stops_when_it_cannot_pay_for_itself():
     for slot in range(4):
         for _ in range(5):
             sched.observe(slot, 3, 3)
-    assert all(sched.drafting_slots(slots, caps) == slots for _ in range(20))
+    assert all(sched.drafting_slots(slots, caps) == slots for _ in range(8))
     for slot in range(4):                                            # the drafts stop being accepted
         for _ in range(100):
             sched.observe(slot, 3, 0)
@@ -90,12 +91,44 @@ def test_drafting_stops_when_it_cannot_pay_for_itself():
     for slot in range(4):                                            # accepted again: soon every step drafts
         for _ in range(40):
             sched.observe(slot, 3, 3)
-    assert all(d == slots for d in [sched.drafting_slots(slots, caps) for _ in range(40)][DECIDE_EVERY:])
+    decisions = [sched.drafting_slots(slots, caps) for _ in range(40)][DECIDE_EVERY:]
+    # (but for REALIZED_MIN steps in PLAIN_EVERY kept plain while no step without drafting was timed)
+    assert all(d == slots for d in decisions if d) and 0 < decisions.count([]) <= (40 // PLAIN_EVERY + 1) * REALIZED_MIN
     # a draft call as slow as 100 steps could not pay even for perfect drafts: no exploring at all
     sched.draft_cost.steady[(4, 3)] = 1.0
     sched.observe(0, 3, 3)
     decisions = [sched.drafting_slots(slots, caps) for _ in range(EXPLORE_EVERY * 15)]
     assert sched.upside == 0 and not any(decisions[DECIDE_EVERY:])
+
+
+def test_what_drafting_achieves_has_the_last_word():
+    """Rows look free to the model, so it drafts; but timed steps say drafting emits a token in more
+    time than plain steps do: it stops, and after REALIZED_RECENT decisions the model tries again."""
+    sched = AcceptanceScheduler(4, 3, StepCostTable([1, 64], [0.01, 0.01]))
+    slots, caps = [0, 1, 2, 3], [3] * 4
+    _measure(sched, slots, caps, 0.001)
+    for slot in range(4):
+        for _ in range(10):
+            sched.observe(slot, 3, 2)
+
+    def run(n):
+        """n steps; a drafting step takes 0.05 s for its 4 x 3 tokens, a plain one 0.01 s for 4."""
+        chosen = []
+        for _ in range(n):
+            chosen.append(sched.drafting_slots(slots, caps))
+            for slot in (range(4) if chosen[-1] else []):
+                sched.observe(slot, 3, 2)
+            sched.note_step(0.05 if chosen[-1] else 0.01, 16 if chosen[-1] else 4, 4, 0.0,
+                            tokens=12 if chosen[-1] else 4)
+        return chosen
+
+    first = run(PLAIN_EVERY + 2 * DECIDE_EVERY + 2)
+    plain = [i for i, d in enumerate(first) if not d]
+    assert plain[0] > PLAIN_EVERY // 2 and plain[1] == plain[0] + 1    # the model drafted until plain steps were timed ...
+    assert sched.realized_speedup(4) == pytest.approx((0.01 / 4) / (0.05 / 12))        # 0.6x
+    assert first[-DECIDE_EVERY:] == [[]] * DECIDE_EVERY and sched.last_decision is False    # ... then stopped
+    later = run(REALIZED_RECENT + 2 * DECIDE_EVERY)
+    assert any(later) and sched.last_decision is False   # the stale "no": the model tried, timing said no again
 
 
 def test_draft_time_comes_from_steady_calls_and_each_larger_slot_count_is_measured():
@@ -313,6 +346,7 @@ def test_model_drafters_draft_only_the_scheduled_length(models, spec_type, monke
         return True
 
     monkeypatch.setattr(AcceptanceScheduler, "_drafting_pays", pays_at_two)
+    monkeypatch.setattr(AcceptanceScheduler, "realized_speedup", lambda self, n: None)    # the model decides
     model, extra = _config(models, spec_type)
     reference = [o.token_ids for o in LLM(model, n_parallel=3).generate(PROMPTS, GREEDY)]
     llm = LLM(model, spec_type=spec_type, n_parallel=3, spec_schedule=True, **extra)

@@ -29,7 +29,9 @@ STDLIB_CODER_DRAFT_QUANT = {"draft-simple": "int8", "draft-eagle3": "int8", "dra
 
 
 def served_quant(spec_type: str) -> str | None:
-    """The --quant-draft a shipped drafter is served with on this CPU."""
+    """The --quant-draft a shipped drafter is served with on this CPU (None: bfloat16, or not a drafter)."""
+    if spec_type not in STDLIB_CODER_DRAFTERS:
+        return None
     if kernels.mode() == "native" and kernels.has_int8_dot():
         return "q8"
     return STDLIB_CODER_DRAFT_QUANT.get(spec_type)

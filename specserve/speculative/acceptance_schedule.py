@@ -42,6 +42,16 @@ measured first, at the longest length, when no larger count is: its first steps 
 
 A step whose answer is a reused "no" is known before the slots' draft requests are built
 (`skips`): the engine skips building them, which at many slots is most steps.
+
+The model's inputs are timings, and on a shared or throttled machine they drift: the cost table is
+profiled once, at start-up. So what drafting actually achieves has the last word: the seconds per
+emitted token of steady drafting steps and of steps without drafting are kept per slot count
+(decayed), and while both are recent (the last REALIZED_RECENT decisions) the yes-or-no follows
+them instead of the model. A "no" from them goes stale as the drafting record ages: the model then
+decides again, and if it says yes, the next few drafting steps refresh the record. While it drafts
+with no recent record of steps without drafting, REALIZED_MIN steps in PLAIN_EVERY do not, to make one
+(the model prices a plain step with the rest-of-a-step cost learnt from drafting steps, which is
+higher: left alone it drafted at 4 slots where drafting ran at 0.6-0.8x).
 """
 from __future__ import annotations
 
@@ -62,6 +72,10 @@ EXPLORE_SHARE = 0.05 # ... spending at most this share of the time times the ups
 GOOD_RATE = 0.9      # the upside: the speedup drafting would bring at this rate (a well predicted run), less 1
 DECIDE_EVERY = 4     # the draft-or-not decision is re-evaluated every this many steps (estimates move slowly)
 KEEP_DRAFTING = 0.95 # while drafting, it stops only below this expected speedup
+REALIZED_DECAY = 0.9 # weight kept by older steps in each arm's realized seconds per token ...
+REALIZED_MIN = 2     # ... which decide once each has this many steps ...
+REALIZED_RECENT = 128  # ... the last of them within this many decisions
+PLAIN_EVERY = 16     # while drafting with no recent record of steps without it, REALIZED_MIN steps in this many do not draft
 
 
 class AcceptanceScheduler:
@@ -97,6 +111,11 @@ class AcceptanceScheduler:
         self.last_decision: bool | None = None              # None: not worked out yet
         self.decided_for = (0, 0)                            # (slots, observations) it was worked out for
         self.n_observed = 0
+        # (slots, drafted) -> [decayed seconds, decayed emitted tokens, steps, decision of the last]: what
+        # steady drafting steps and steps without drafting achieved (module docstring)
+        self.realized: dict[tuple[int, bool], list] = {}
+        self.step_arm: tuple[int, bool] | None = None       # this step's (slots, drafted), None: not counted
+        self.plain_check_at = -REALIZED_MIN                  # decision number where the last plain check began
 
     def rate(self, slot: int) -> float:
         """P(a draft token is accepted | the tokens before it were), the same at every position:
@@ -126,13 +145,20 @@ class AcceptanceScheduler:
         return self.draft_cost.seconds(n_slots, self.n_positions if length is None else length)
 
     def note_step(self, seconds: float, rows: int, base_rows: int, draft_seconds: float,
-                  with_prompt: bool = False) -> None:
+                  with_prompt: bool = False, tokens: int = 0) -> None:
         """A whole engine step took `seconds`: `rows` verified rows, `base_rows` of them the slots' own,
-        `draft_seconds` drafting. What the forward and the drafting do not explain (sampling,
-        verification, streaming) is a fixed cost per step, learnt from steps without prompt rows
-        (their forward is longer than the table's); what an exploring step cost beyond a plain one
-        spaces the next exploration."""
+        `draft_seconds` drafting, and the generating slots emitted `tokens`. What the forward and the
+        drafting do not explain (sampling, verification, streaming) is a fixed cost per step, learnt
+        from steps without prompt rows (their forward is longer than the table's); what an exploring
+        step cost beyond a plain one spaces the next exploration."""
         self.elapsed += seconds
+        arm, self.step_arm = self.step_arm, None
+        if arm is not None and tokens > 0 and not with_prompt:
+            record = self.realized.setdefault(arm, [0.0, 0.0, 0, 0])
+            record[0] = REALIZED_DECAY * record[0] + seconds
+            record[1] = REALIZED_DECAY * record[1] + tokens
+            record[2] += 1
+            record[3] = self.n_decisions
         if not with_prompt:
             other = max(0.0, seconds - 1.0 / self.cost_table.steps_per_second(rows) - draft_seconds)
             weight = 0.2 if other < self.other_seconds else 0.02     # a finishing request is a spike, not a trend
@@ -154,6 +180,7 @@ class AcceptanceScheduler:
             return False
         self.n_decisions += 1
         self.steady = False
+        self.step_arm = (n_slots, False)
         return True
 
     def _due(self, n_slots: int) -> str:
@@ -191,20 +218,49 @@ class AcceptanceScheduler:
             self.draft_length = self.upside_length      # as far as would pay in well predicted text
             chosen = [max(range(len(slots)), key=lambda i: self.last_drafted[slots[i]])]
         elif due == "reuse":
-            chosen = chosen if self.last_decision else []
+            chosen = chosen if self.last_decision and not self._plain_check(len(slots)) else []
         else:
             self.decided_for = (len(slots), self.n_observed)
             was = self.last_decision
             self.last_decision = self._drafting_pays(slots, caps)
+            realized = self.realized_speedup(len(slots))
+            if realized is not None:
+                self.last_decision = realized > (KEEP_DRAFTING if was else 1.0)
             self.draft_length = self.paying_length
             if not self.last_decision:
                 if was is not False:            # drafting just stopped paying: explore after EXPLORE_EVERY steps
                     self.next_explore = self.n_decisions + EXPLORE_EVERY
                 chosen = []
+            elif self._plain_check(len(slots)):
+                chosen = []
         self.steady = bool(chosen) and all(self.last_drafted[slots[i]] == self.n_decisions - 1 for i in chosen)
         for i in chosen:
             self.last_drafted[slots[i]] = self.n_decisions
+        # the realized record takes steps without drafting and steady steps drafting for every slot
+        counted = not chosen or (self.steady and len(chosen) == len(slots) and due != "explore")
+        self.step_arm = (len(slots), bool(chosen)) if counted else None
         return chosen
+
+    def _plain_check(self, n_slots: int) -> bool:
+        """Whether this drafting step stays plain to record what steps without drafting achieve."""
+        plain = self.realized.get((n_slots, False))
+        if plain is not None and plain[2] >= REALIZED_MIN and self.n_decisions - plain[3] <= REALIZED_RECENT // 2:
+            return False
+        since = self.n_decisions - self.plain_check_at
+        if since < REALIZED_MIN:                # a check is REALIZED_MIN steps in a row
+            return True
+        if since < PLAIN_EVERY:
+            return False
+        self.plain_check_at = self.n_decisions
+        return True
+
+    def realized_speedup(self, n_slots: int) -> float | None:
+        """Seconds per emitted token of recent steps without drafting over those of recent steady
+        drafting steps at this slot count; None while either record is thin or old."""
+        plain, drafted = self.realized.get((n_slots, False)), self.realized.get((n_slots, True))
+        if any(r is None or r[2] < REALIZED_MIN or self.n_decisions - r[3] > REALIZED_RECENT for r in (plain, drafted)):
+            return None
+        return (plain[0] / plain[1]) / (drafted[0] / drafted[1])
 
     def _drafting_pays(self, slots: list[int], caps: list[int]) -> bool:
         """Whether drafting is expected to pay at the slots' (optimistic) rates; also prices what it

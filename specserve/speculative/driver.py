@@ -35,6 +35,7 @@ class SpecDriver:
         self.rows_verified = 0                         # rows the step being run verifies
         self.rows_generating = 0                       # ... of which the generating slots' own
         self.draft_seconds = 0.0                       # ... and its draft call took
+        self.step_tokens = 0                           # ... and the tokens its generating slots emitted
         self.taps = tuple(sorted({t for p in proposers for t in p.taps}))
         self.needs_final_hidden = any(p.needs_final_hidden for p in proposers)
 
@@ -75,6 +76,7 @@ class SpecDriver:
         self.unverified.clear()
         self.rows_verified = self.rows_generating = n_rows
         self.draft_seconds = 0.0
+        self.step_tokens = 0
 
     def draft(self, requests: list[DraftRequest]) -> dict[int, Draft]:
         n_rows = len(requests)
@@ -137,11 +139,12 @@ class SpecDriver:
         included), for --spec-schedule's cost of a step."""
         if self.scheduler is not None:
             self.scheduler.note_step(seconds, self.rows_verified, self.rows_generating, self.draft_seconds,
-                                     with_prompt=rows > self.rows_verified)
+                                     with_prompt=rows > self.rows_verified, tokens=self.step_tokens)
 
     def verified(self, slot: int, n_drafted: int, n_accepted: int, first_emitted: int) -> None:
         """A generating slot was verified: n_accepted of its n_drafted tokens were kept, and the target's
         first emitted token was first_emitted (what a draft the scheduler cut would have had to match)."""
+        self.step_tokens += n_accepted + 1
         if n_drafted:
             self._accept(slot, n_accepted)
             return
