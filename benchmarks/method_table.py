@@ -12,7 +12,10 @@ runs every drafter in bfloat16); a type without one is skipped with a note.
 At T=1 the model drafters also run with `--spec-draft-sample` (drafts sampled from q, verified by rejection
 sampling).
 Every (prompt set, temperature) cell, and every repeat of it, runs on a new engine, so methods that learn
-across requests (ngram-mod, ngram-cache) never meet a set they have already seen.
+across requests (ngram-mod, ngram-cache) never meet a set they have already seen. Each repeat of a cell
+also runs no speculation right beside it (alternating which goes first), and the speedup is the best
+baseline over the best run: on a shared machine the speed drifts by more than these ratios within
+minutes.
 Single stream (one slot, requests one after another) unless `-np N` batches each prompt set over N
 slots; `--schedule` adds --spec-schedule; `--methods` picks spec types. Prints the table, writes JSON and the
 Markdown table the documentation links (docs/results/method_table.md; see benchmarks/results_table.py).
@@ -169,16 +172,29 @@ def main() -> None:
         except SpecServeError as exc:
             skipped.append((label, str(exc)))
             continue
+        if spec_type == "none":
+            plain = llm
         prompts = {name: [llm.tokenizer.encode(p) for p in PROMPT_SETS[name]] for name in sets}
         for temp in [t for t in temps if t in config_temps]:
             for name in sets:
-                r = min((run_set(fresh_engine(), prompts[name], temp, args.n_tokens, args.parallel)
-                         for _ in range(args.repeats)), key=lambda x: x["cpu_s"])
+                runs, base_runs = [], []
+                for i in range(args.repeats):
+                    # each repeat runs no speculation right beside the method (alternating which goes first):
+                    # a shared machine's speed drifts by more than these ratios within minutes
+                    pair = [lambda: runs.append(run_set(fresh_engine(), prompts[name], temp, args.n_tokens,
+                                                        args.parallel))]
+                    if spec_type != "none":
+                        pair.append(lambda: base_runs.append(run_set(plain, prompts[name], temp, args.n_tokens,
+                                                                     args.parallel)))
+                    for run in (pair if i % 2 == 0 else pair[::-1]):
+                        run()
+                r = min(runs, key=lambda x: x["cpu_s"])
                 token_ids = r.pop("token_ids")
                 if spec_type == "none":
                     baseline[(name, temp)] = {"cpu_s": r["cpu_s"], "token_ids": token_ids}
                 base = baseline[(name, temp)]
-                r["speedup"] = base["cpu_s"] / r["cpu_s"]
+                r["baseline_cpu_s"] = min(x["cpu_s"] for x in base_runs) if base_runs else r["cpu_s"]
+                r["speedup"] = r["baseline_cpu_s"] / r["cpu_s"]
                 if temp == 0:
                     r["same_tokens_as_baseline"] = token_ids == base["token_ids"]
                 results.append({"method": label, "spec_type": spec_type, "drafter": str(folder) if folder else None,
