@@ -38,7 +38,7 @@ def served_quant(spec_type: str) -> str | None:
 
 
 def served_options(spec_type: str) -> dict:
-    """The options a shipped drafter is served with: its draft length and, where it pays, int8 weights."""
+    """The options a shipped drafter is served with: its draft length and its weights (served_quant)."""
     options = {"spec_draft_n_max": STDLIB_CODER_DRAFTERS[spec_type][1]}
     quant = served_quant(spec_type)
     if quant:
