@@ -22,7 +22,7 @@ from pathlib import Path
 
 
 from specserve import LLM, SamplingParams, kernels
-from specserve.bundled import STDLIB_CODER, shipped_drafters
+from specserve.bundled import STDLIB_CODER, served_n_max, shipped_drafters
 from specserve.models.block_drafter import BlockDrafter, save_block_drafter
 from specserve.models.block_drafter_format import new_block_drafter_config
 from specserve.speculative.step_cost import profile_step_cost
@@ -84,7 +84,8 @@ def main() -> None:
     kernels.set_threads(1)
     verify = forward_ms_by_rows(CausalLM.from_pretrained(STDLIB_CODER), [1, 2, 4, 5, 7, 9, 17])
     rows = []
-    for spec_type, (folder, n_max) in shipped_drafters().items():
+    for spec_type, (folder, _) in shipped_drafters().items():
+        n_max = served_n_max(spec_type)
         for quant in ("none", "int8") + (("q8",) if kernels.has_int8_dot() else ()):
             ms, tau = draft_call_ms(spec_type, folder, n_max, args.n_tokens, quant=quant)
             ms_4, _ = draft_call_ms(spec_type, folder, n_max, args.n_tokens, slots=4, quant=quant)

@@ -25,7 +25,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from specserve.bundled import shipped_drafters  # noqa: E402
+from specserve.bundled import served_n_max  # noqa: E402
 
 from prompt_sets import CODE_PROMPTS  # noqa: E402
 from serve_process import LlamaServerProcess, ServeProcess  # noqa: E402
@@ -89,7 +89,7 @@ def main() -> int:
         extra_ours, extra_theirs = ["--spec-type", "none"], []
         if spec_type != "none":
             drafter = out_dir / f"{DRAFTER_FILES[spec_type]}-{args.outtype}.gguf"
-            n_max = ["--spec-draft-n-max", str(shipped_drafters()[spec_type][1])]
+            n_max = ["--spec-draft-n-max", str(served_n_max(spec_type))]
             extra_ours = ["--spec-type", spec_type, "-md", str(drafter), *n_max]
             extra_theirs = ["--spec-type", LLAMA_SPEC_TYPE.get(spec_type, spec_type), "-md", str(drafter), *n_max]
         theirs = run(LlamaServerProcess(llama_bin, target, common + args.llama_args.split() + extra_theirs,

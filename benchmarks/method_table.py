@@ -35,7 +35,7 @@ from pathlib import Path
 from specserve import LLM, SamplingParams
 from specserve import kernels
 from specserve.errors import SpecServeError
-from specserve.bundled import STDLIB_CODER_DRAFTERS, served_quant, shipped_drafters
+from specserve.bundled import served_n_max, served_quant, shipped_drafters
 from specserve.llm import BUNDLED_MODEL
 from specserve.speculative.registry import available_types, proposer_class
 
@@ -117,7 +117,7 @@ def main() -> None:
     parser.add_argument("-m", "--model", default=str(BUNDLED_MODEL))
     parser.add_argument("-n", "--n-tokens", type=int, default=128)
     parser.add_argument("--n-max", type=int, default=3, help="--spec-draft-n-max for the other types")
-    parser.add_argument("--block-n-max", type=int, default=STDLIB_CODER_DRAFTERS["draft-dspark"][1],
+    parser.add_argument("--block-n-max", type=int, default=None,
                         help="--spec-draft-n-max for draft-dflash/dspark (default: what the shipped ones are served with)")
     parser.add_argument("--sets", default="code,free-text")
     parser.add_argument("--temperatures", default="0,1")
@@ -142,6 +142,8 @@ def main() -> None:
         return
     if args.threads > 0:
         kernels.set_threads(args.threads)
+    if args.block_n_max is None:
+        args.block_n_max = served_n_max("draft-dspark")
     target = Path(args.model)
     temps = [float(t) for t in args.temperatures.split(",")]
     sets = args.sets.split(",")

@@ -37,7 +37,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from specserve.bundled import shipped_drafters  # noqa: E402
+from specserve.bundled import served_n_max, shipped_drafters  # noqa: E402
 from specserve.llm import BUNDLED_MODEL  # noqa: E402
 from specserve.speculative.registry import available_types, proposer_class  # noqa: E402
 
@@ -56,7 +56,7 @@ def server_args(spec_label: str, model: str, slots: int, extra: list[str], draft
         if draft_model:
             args += ["-md", draft_model]
         elif shipped:           # the bundled model's own drafter, at the block it was trained for
-            args += ["-md", str(shipped[0]), "--spec-draft-n-max", str(shipped[1])]
+            args += ["-md", str(shipped[0]), "--spec-draft-n-max", str(served_n_max(spec_type))]
     return args
 
 

@@ -36,7 +36,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from specserve.bundled import shipped_drafters  # noqa: E402
+from specserve.bundled import served_n_max, shipped_drafters  # noqa: E402
 from specserve.llm import BUNDLED_MODEL  # noqa: E402
 
 from prompt_sets import CODE_PROMPTS, TEXT_PROMPTS  # noqa: E402
@@ -123,7 +123,7 @@ def spec_args(spec_type: str, case: ModelCase, gguf_dir: Path | None, llama: boo
     shipped = shipped_drafters().get(spec_type)
     if not case.drafters or shipped is None:
         return None
-    n_max = ["--spec-draft-n-max", str(shipped[1])]
+    n_max = ["--spec-draft-n-max", str(served_n_max(spec_type))]
     if not llama:
         return ["--spec-type", spec_type, "-md", str(shipped[0]), *n_max]
     gguf = gguf_dir / GGUF_DRAFTERS[spec_type] if gguf_dir and spec_type in GGUF_DRAFTERS else None

@@ -14,7 +14,7 @@ import os
 
 from ..errors import OptionError
 from .build import KernelBuildError, library_path
-from .capi import ABI_VERSION, FEATURE_AVX512, FEATURE_AVX512_BF16, FEATURE_AVX512_VNNI, bind
+from .capi import ABI_VERSION, FEATURE_AMX, FEATURE_AVX512, FEATURE_AVX512_BF16, FEATURE_AVX512_VNNI, bind
 from .threads import default_threads
 
 log = logging.getLogger("specserve.kernels")
@@ -122,6 +122,11 @@ def has_bf16_dot() -> bool:
 
 def has_avx512() -> bool:
     return bool(library().ss_features() & FEATURE_AVX512)
+
+
+def has_amx() -> bool:
+    """Whether bf16 products of many rows run on AMX tiles (16 rows cost about what one does)."""
+    return bool(library().ss_features() & FEATURE_AMX)
 
 
 def has_int8_dot() -> bool:
