@@ -183,13 +183,11 @@ def main() -> None:
                 for i in range(args.repeats):
                     # each repeat runs no speculation right beside the method (alternating which goes first):
                     # a shared machine's speed drifts by more than these ratios within minutes
-                    pair = [lambda: runs.append(run_set(fresh_engine(), prompts[name], temp, args.n_tokens,
-                                                        args.parallel))]
-                    if spec_type != "none":
-                        pair.append(lambda: base_runs.append(run_set(plain, prompts[name], temp, args.n_tokens,
-                                                                     args.parallel)))
-                    for run in (pair if i % 2 == 0 else pair[::-1]):
-                        run()
+                    for baseline_run in ((False, True) if i % 2 == 0 else (True, False)):
+                        if baseline_run and spec_type == "none":
+                            continue
+                        engine, into = (plain, base_runs) if baseline_run else (fresh_engine(), runs)
+                        into.append(run_set(engine, prompts[name], temp, args.n_tokens, args.parallel))
                 r = min(runs, key=lambda x: x["cpu_s"])
                 token_ids = r.pop("token_ids")
                 if spec_type == "none":

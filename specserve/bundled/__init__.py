@@ -23,6 +23,11 @@ AMX_N_MAX = {"draft-dflash": 6, "draft-dspark": 6}
 STDLIB_CODER_DRAFT_QUANT = {"draft-simple": "int8", "draft-eagle3": "int8", "draft-mtp": "int8"}
 
 
+def _rows_nearly_free() -> bool:
+    """AMX on the native kernels: 16 rows of a product cost about what one does."""
+    return kernels.mode() == "native" and kernels.has_amx()
+
+
 def served_quant(spec_type: str) -> str | None:
     """The --quant-draft a shipped drafter is served with on this CPU (None: bfloat16, or not a drafter):
     with AMX as above; elsewhere q8 (int8 weights and rows, integer dot products) where the CPU has
@@ -30,14 +35,14 @@ def served_quant(spec_type: str) -> str | None:
     verifies every draft, so the output is the same either way."""
     if spec_type not in STDLIB_CODER_DRAFTERS:
         return None
-    if kernels.mode() == "native" and not kernels.has_amx() and kernels.has_int8_dot():
+    if not _rows_nearly_free() and kernels.mode() == "native" and kernels.has_int8_dot():
         return "q8"
     return STDLIB_CODER_DRAFT_QUANT.get(spec_type)
 
 
 def served_n_max(spec_type: str) -> int:
     """The --spec-draft-n-max a shipped drafter is served with on this CPU."""
-    if kernels.mode() == "native" and kernels.has_amx():
+    if _rows_nearly_free():
         return AMX_N_MAX.get(spec_type, STDLIB_CODER_DRAFTERS[spec_type][1])
     return STDLIB_CODER_DRAFTERS[spec_type][1]
 

@@ -41,26 +41,9 @@ void dot_block(const ss_weight& w, const uint8_t* block, const float* x, const E
 }  // namespace
 
 void gemm_portable(const ss_weight& w, const float* x, int64_t m, int64_t ldx, const Epilogue& e) {
-    const int64_t n_blocks = (w.n + NB - 1) / NB, bb = block_bytes(w.type, w.k);
+    const int64_t bb = block_bytes(w.type, w.k);
     const auto* base = static_cast<const uint8_t*>(w.data);
-    const bool gated = e.mode == SS_OUT_SWIGLU;
-    parallel_for(gated ? n_blocks / 2 : n_blocks, [&](int64_t task) {
-        const int64_t b = gated ? 2 * task : task;
-        float acc[NB], up[NB];
-        for (int64_t r = 0; r < m; r++) {
-            dot_block(w, base + b * bb, x + r * ldx, e, b, acc);
-            float* dst = e.out + r * e.ldo;
-            if (gated) {
-                dot_block(w, base + (b + 1) * bb, x + r * ldx, e, b + 1, up);
-                for (int l = 0; l < NB; l++) dst[task * NB + l] = activation(acc[l], e.act) * up[l];
-                continue;
-            }
-            for (int l = 0; l < NB && b * NB + l < e.n; l++) {
-                if (e.mode == SS_OUT_ADD) dst[b * NB + l] += acc[l];
-                else dst[b * NB + l] = acc[l];
-            }
-        }
-    });
+    portable_blocks(w, m, e, [&](int64_t b, int64_t r, float* acc) { dot_block(w, base + b * bb, x + r * ldx, e, b, acc); });
 }
 
 void gemm(const ss_weight& w, const float* x, int64_t m, int64_t ldx, float* out, int64_t ldo, int mode) {

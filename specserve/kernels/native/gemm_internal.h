@@ -4,6 +4,7 @@
 #include <cstdint>
 
 #include "kernels.h"
+#include "pool.h"
 #include "simd.h"
 
 namespace ss {
@@ -67,6 +68,31 @@ inline void store_gated(const Epilogue& e, int64_t row, int64_t gate_block, __m5
     for (int l = 0; l < NB; l++) dst[l] = activation(g[l], e.act) * u[l];
 }
 #endif
+
+// The portable kernels' loop: dot(b, r, acc) gives row r's 16 columns of block b (scale and bias
+// applied), which are stored, added or, with the next block, gated into the output.
+template <class Dot>
+void portable_blocks(const ss_weight& w, int64_t m, const Epilogue& e, Dot dot) {
+    const int64_t n_blocks = (w.n + NB - 1) / NB;
+    const bool gated = e.mode == SS_OUT_SWIGLU;
+    parallel_for(gated ? n_blocks / 2 : n_blocks, [&](int64_t task) {
+        const int64_t b = gated ? 2 * task : task;
+        float acc[NB], up[NB];
+        for (int64_t r = 0; r < m; r++) {
+            dot(b, r, acc);
+            float* dst = e.out + r * e.ldo;
+            if (gated) {
+                dot(b + 1, r, up);
+                for (int l = 0; l < NB; l++) dst[task * NB + l] = activation(acc[l], e.act) * up[l];
+                continue;
+            }
+            for (int l = 0; l < NB && b * NB + l < e.n; l++) {
+                if (e.mode == SS_OUT_ADD) dst[b * NB + l] += acc[l];
+                else dst[b * NB + l] = acc[l];
+            }
+        }
+    });
+}
 
 // the kernels of each instruction set; x is float32 rows, bf16 rows (k padded) for BF16 weights, or
 // int8 rows stored as q + 128 (k padded, e.row_scales) for Q8 weights

@@ -45,11 +45,9 @@ float quantize_row(const float* x, int64_t k, int64_t kp, uint8_t* out) {
 }
 
 void gemm_q8_portable(const ss_weight& w, const uint8_t* xq, int64_t m, int64_t ldx, const Epilogue& e) {
-    const int64_t n_blocks = (w.n + NB - 1) / NB, bb = block_bytes(w.type, w.k), kp = k_padded(w.type, w.k);
+    const int64_t bb = block_bytes(w.type, w.k), kp = k_padded(w.type, w.k);
     const auto* base = static_cast<const uint8_t*>(w.data);
-    const bool gated = e.mode == SS_OUT_SWIGLU;
-    // one row's block of 16 columns, as float
-    auto dot_block = [&](int64_t b, int64_t r, float* acc) {
+    portable_blocks(w, m, e, [&](int64_t b, int64_t r, float* acc) {
         const uint8_t* block = base + b * bb;
         const auto* sums = reinterpret_cast<const int32_t*>(block);
         const auto* q = reinterpret_cast<const int8_t*>(block + Q8_SUMS_BYTES);
@@ -58,23 +56,6 @@ void gemm_q8_portable(const ss_weight& w, const uint8_t* xq, int64_t m, int64_t 
             for (int64_t kk = 0; kk < kp; kk++) sum += (int32_t)xq[r * ldx + kk] * q[(kk / 4) * NB * 4 + l * 4 + kk % 4];
             acc[l] = (float)(sum - 128 * sums[l]) * e.row_scales[r] * e.scales[b * NB + l];
             if (e.bias) acc[l] += e.bias[b * NB + l];
-        }
-    };
-    parallel_for(gated ? n_blocks / 2 : n_blocks, [&](int64_t task) {
-        const int64_t b = gated ? 2 * task : task;
-        float acc[NB], up[NB];
-        for (int64_t r = 0; r < m; r++) {
-            dot_block(b, r, acc);
-            float* dst = e.out + r * e.ldo;
-            if (gated) {
-                dot_block(b + 1, r, up);
-                for (int l = 0; l < NB; l++) dst[task * NB + l] = activation(acc[l], e.act) * up[l];
-                continue;
-            }
-            for (int l = 0; l < NB && b * NB + l < e.n; l++) {
-                if (e.mode == SS_OUT_ADD) dst[b * NB + l] += acc[l];
-                else dst[b * NB + l] = acc[l];
-            }
         }
     });
 }
