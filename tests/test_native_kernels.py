@@ -51,10 +51,11 @@ def test_packed_linear_matches_reference(dtype, quant, n, k):
 
 
 @pytest.mark.parametrize("dtype,quant", WEIGHT_CASES)
-def test_rows_are_bit_identical_in_any_batch_and_thread_count(dtype, quant):
-    weight, bias = _weights(200, 96, dtype)
+@pytest.mark.parametrize("k", [96, 128])     # q8 with k in whole 64-byte steps also runs on AMX tiles from 4 rows
+def test_rows_are_bit_identical_in_any_batch_and_thread_count(dtype, quant, k):
+    weight, bias = _weights(200, k, dtype)
     packed = PackedLinear(weight, bias, quant)
-    x = torch.randn(100, 96)
+    x = torch.randn(100, k)
     previous = kernels.library().ss_get_threads()
     try:
         kernels.library().ss_set_threads(1)
@@ -77,11 +78,12 @@ def test_add_mode_accumulates_into_the_output(quant):
     torch.testing.assert_close(out.double(), residual.double() + _reference(x, weight, bias, quant), atol=1e-5, rtol=1e-5)
 
 
-def test_q8_gated_mlp_epilogue_matches_the_integer_reference():
+@pytest.mark.parametrize("k", [36, 64])
+def test_q8_gated_mlp_epilogue_matches_the_integer_reference(k):
     gen = torch.Generator().manual_seed(4)
-    gate, up = torch.randn(40, 36, generator=gen) * 0.3, torch.randn(40, 36, generator=gen) * 0.3
+    gate, up = torch.randn(40, k, generator=gen) * 0.3, torch.randn(40, k, generator=gen) * 0.3
     weight, _ = gated_mlp_weight(gate, up)
-    x = torch.randn(5, 36, generator=gen)
+    x = torch.randn(5, k, generator=gen)
     out = PackedLinear(weight, None, "q8")(x, mode=capi.OUT_SWIGLU)
     both = _reference(x, weight, None, "q8").view(5, -1, 2, 16)        # blocks alternate gate and up
     expected = (F.silu(both[:, :, 0]) * both[:, :, 1]).reshape(5, -1)

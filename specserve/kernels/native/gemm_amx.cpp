@@ -1,5 +1,5 @@
-// bf16 matrix multiply on AMX tiles (Intel Sapphire Rapids and later): 16 rows x 4 blocks per task,
-// k in steps of 32. The packed bf16 blocks are already the tile layout AMX reads ([k/2][16][2]).
+// bf16 and Q8 matrix multiply on AMX tiles (Intel Sapphire Rapids and later): 16 rows x 4 blocks per
+// task. The packed blocks are already the tile layouts AMX reads.
 // A 16-row tile costs about what one row costs with vdpbf16ps, which makes verifying a draft
 // (several rows per slot) nearly as cheap as decoding one token.
 #include <atomic>
@@ -13,6 +13,9 @@
 
 #if defined(SS_AVX512BF16) && defined(__AMX_TILE__) && defined(__AMX_BF16__)
 #define SS_AMX 1
+#if defined(SS_AVX512VNNI) && defined(__AMX_INT8__)
+#define SS_AMX_INT8 1
+#endif
 #include <sys/syscall.h>
 #include <unistd.h>
 #endif
@@ -47,38 +50,52 @@ inline void configure_tiles(uint64_t call) {
     t_configured_call = call;
 }
 
-// tiles 0-3: accumulators of blocks 0..C-1; 4: x rows; 5-7: weight blocks
-template <int C>
-void amx_tile(const uint16_t* x, int64_t ldx, const uint16_t* w, int64_t bs, int64_t kp, float* acc) {
+// tiles 0-3: accumulators of blocks 0..C-1 (float sums for bf16, exact int32 sums for Q8); 4: x rows;
+// 5-7: weight blocks. One step consumes 64 bytes of each row: 32 bf16 values (dpbf16ps) or 64 int8
+// values (dpbusd: unsigned rows times signed weights, as vpdpbusd does). A weight block's data is the
+// tile layout either way ([k/2][16][2] bf16, [k/4][16][4] bytes), 1024 bytes per step.
+#define SS_AMX_DP(c, a, b)            \
+    if constexpr (Q8)                 \
+        _tile_dpbusd(c, a, b);        \
+    else                              \
+        _tile_dpbf16ps(c, a, b);
+
+template <int C, bool Q8>
+void amx_tile(const uint8_t* x, int64_t ldx, const uint8_t* w, int64_t bb, int64_t steps, void* acc) {
     _tile_zero(0);
     if (C > 1) _tile_zero(1);
     if (C > 2) _tile_zero(2);
     if (C > 3) _tile_zero(3);
-    for (int64_t k = 0; k < kp; k += BF16_K_ALIGN) {
-        _tile_loadd(4, x + k, ldx * 2);
-        _tile_loadd(5, w + k * NB, 64);
-        _tile_dpbf16ps(0, 4, 5);
+    for (int64_t s = 0; s < steps; s++) {
+        const uint8_t* ws = w + s * 1024;
+        _tile_loadd(4, x + s * 64, ldx);
+        _tile_loadd(5, ws, 64);
+        SS_AMX_DP(0, 4, 5)
         if (C > 1) {
-            _tile_loadd(6, w + bs + k * NB, 64);
-            _tile_dpbf16ps(1, 4, 6);
+            _tile_loadd(6, ws + bb, 64);
+            SS_AMX_DP(1, 4, 6)
         }
         if (C > 2) {
-            _tile_loadd(7, w + 2 * bs + k * NB, 64);
-            _tile_dpbf16ps(2, 4, 7);
+            _tile_loadd(7, ws + 2 * bb, 64);
+            SS_AMX_DP(2, 4, 7)
         }
         if (C > 3) {
-            _tile_loadd(5, w + 3 * bs + k * NB, 64);
-            _tile_dpbf16ps(3, 4, 5);
+            _tile_loadd(5, ws + 3 * bb, 64);
+            SS_AMX_DP(3, 4, 5)
         }
     }
-    _tile_stored(0, acc, NR * NB * 4);
-    if (C > 1) _tile_stored(1, acc + NB, NR * NB * 4);
-    if (C > 2) _tile_stored(2, acc + 2 * NB, NR * NB * 4);
-    if (C > 3) _tile_stored(3, acc + 3 * NB, NR * NB * 4);
+    auto* a = static_cast<uint8_t*>(acc);
+    _tile_stored(0, a, NR * NB * 4);
+    if (C > 1) _tile_stored(1, a + NB * 4, NR * NB * 4);
+    if (C > 2) _tile_stored(2, a + 2 * NB * 4, NR * NB * 4);
+    if (C > 3) _tile_stored(3, a + 3 * NB * 4, NR * NB * 4);
 }
 
-typedef void (*AmxTileFn)(const uint16_t*, int64_t, const uint16_t*, int64_t, int64_t, float*);
-const AmxTileFn kAmxTiles[NR] = {amx_tile<1>, amx_tile<2>, amx_tile<3>, amx_tile<4>};
+typedef void (*AmxTileFn)(const uint8_t*, int64_t, const uint8_t*, int64_t, int64_t, void*);
+const AmxTileFn kAmxTiles[NR] = {amx_tile<1, false>, amx_tile<2, false>, amx_tile<3, false>, amx_tile<4, false>};
+#ifdef SS_AMX_INT8
+const AmxTileFn kAmxTilesQ8[NR] = {amx_tile<1, true>, amx_tile<2, true>, amx_tile<3, true>, amx_tile<4, true>};
+#endif
 
 bool request_amx() {
     const char* env = std::getenv("SPECSERVE_AMX");
@@ -94,11 +111,20 @@ bool amx_usable() {
     return ok;
 }
 
-// x: bf16 rows [m rounded up to 16][ldx], the rows past m zero
-void gemm_amx(const ss_weight& w, const uint16_t* x, int64_t m, int64_t ldx, const Epilogue& e) {
-    const int64_t n_blocks = (w.n + NB - 1) / NB, bb = block_bytes(w.type, w.k), kp = k_padded(w.type, w.k);
+// x: bf16 rows (BF16 weights) or q + 128 bytes (Q8 weights, e.row_scales), [m rounded up to 16][ldx]
+// with ldx = k padded; the rows past m hold anything (their outputs are dropped)
+void gemm_amx(const ss_weight& w, const void* x, int64_t m, int64_t ldx, const Epilogue& e) {
+    const bool q8 = w.type == SS_W_Q8;
+    const int64_t n_blocks = (w.n + NB - 1) / NB, bb = block_bytes(w.type, w.k);
+    const int64_t row_bytes = ldx * elem_bytes(w.type), steps = k_padded(w.type, w.k) * elem_bytes(w.type) / 64;
     const int64_t n_tiles = (n_blocks + NR - 1) / NR, m_tiles = (m + AMX_ROWS - 1) / AMX_ROWS;
     const auto* base = static_cast<const uint8_t*>(w.data);
+    const auto* xb = static_cast<const uint8_t*>(x);
+#ifdef SS_AMX_INT8
+    const AmxTileFn* tiles = q8 ? kAmxTilesQ8 : kAmxTiles;
+#else
+    const AmxTileFn* tiles = kAmxTiles;
+#endif
     const uint64_t call = g_call.fetch_add(1) + 1;
     parallel_for(n_tiles * m_tiles, [&](int64_t task) {
         configure_tiles(call);
@@ -106,7 +132,19 @@ void gemm_amx(const ss_weight& w, const uint16_t* x, int64_t m, int64_t ldx, con
         const int64_t block0 = tile * NR;
         const int c = (int)std::min<int64_t>(NR, n_blocks - block0);
         alignas(64) float acc[AMX_ROWS * NR * NB];
-        kAmxTiles[c - 1](x + r0 * ldx, ldx, reinterpret_cast<const uint16_t*>(base + block0 * bb), bb / 2, kp, acc);
+        const uint8_t* wb = base + block0 * bb + (q8 ? Q8_SUMS_BYTES : 0);
+        tiles[c - 1](xb + r0 * row_bytes, row_bytes, wb, bb, steps, acc);
+        if (q8) {          // the int32 sums to floats exactly as the vpdpbusd tiles do (gemm_avx512.cpp)
+            for (int j = 0; j < c; j++) {
+                const __m512i offset = _mm512_slli_epi32(_mm512_loadu_si512(base + (block0 + j) * bb), 7);
+                for (int64_t r = 0; r < std::min(AMX_ROWS, m - r0); r++) {
+                    float* a = acc + r * NR * NB + j * NB;
+                    const __m512i sums = _mm512_loadu_si512(a);
+                    _mm512_storeu_ps(a, _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(sums, offset)),
+                                                      _mm512_set1_ps(e.row_scales[r0 + r])));
+                }
+            }
+        }
         const int64_t rows = std::min(AMX_ROWS, m - r0);
         for (int64_t r = 0; r < rows; r++) {
             const float* a = acc + r * NR * NB;
@@ -119,6 +157,15 @@ void gemm_amx(const ss_weight& w, const uint16_t* x, int64_t m, int64_t ldx, con
             }
         }
     });
+}
+
+bool amx_q8_usable(const ss_weight& w) {
+#ifdef SS_AMX_INT8
+    return amx_usable() && k_padded(SS_W_Q8, w.k) % 64 == 0;
+#else
+    (void)w;
+    return false;
+#endif
 }
 
 // Whether AMX tiles and vdpbf16ps give bit-identical results (checked once on random data with
@@ -148,7 +195,8 @@ bool amx_matches_avx512() {
 
 #else
 bool amx_usable() { return false; }
-void gemm_amx(const ss_weight&, const uint16_t*, int64_t, int64_t, const Epilogue&) {}
+bool amx_q8_usable(const ss_weight&) { return false; }
+void gemm_amx(const ss_weight&, const void*, int64_t, int64_t, const Epilogue&) {}
 bool amx_matches_avx512() { return false; }
 #endif
 

@@ -101,7 +101,8 @@ void gemm_q8(const ss_weight& w, const float* x, int64_t m, int64_t ldx, const E
 void pack_q8_block(const int8_t* src, int64_t n, int64_t k, int64_t block, uint8_t* dst);
 void gemm_avx512(const ss_weight& w, const void* x, int64_t m, int64_t ldx, const Epilogue& e);
 bool amx_usable();
-void gemm_amx(const ss_weight& w, const uint16_t* x, int64_t m, int64_t ldx, const Epilogue& e);
+void gemm_amx(const ss_weight& w, const void* x, int64_t m, int64_t ldx, const Epilogue& e);
+bool amx_q8_usable(const ss_weight& w);   // AMX int8 tiles for this Q8 weight (k padded to whole 64-byte steps)
 bool amx_matches_avx512();
 
 }  // namespace ss

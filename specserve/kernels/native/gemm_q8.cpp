@@ -5,9 +5,12 @@
 // column's weight sum (kept at the head of each packed block) is taken off again. Integer sums are
 // exact, so every kernel and tile shape gives the same bits, whatever the other rows (batch
 // invariance). Compared with int8 weights on float rows (SS_W_I8, converted in registers), a row
-// costs a quarter of the multiply instructions and the weights' bytes stay halved.
+// costs a quarter of the multiply instructions and the weights' bytes stay halved. Where the CPU has
+// AMX int8 tiles (tdpbusd, the same unsigned-by-signed product), 8 rows and more run on them
+// (gemm_amx.cpp): a 16-row tile costs about what 4 rows of vpdpbusd do.
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <vector>
 
 #include "gemm_internal.h"
@@ -15,6 +18,16 @@
 
 namespace ss {
 namespace {
+
+// Q8 products of this many rows and more run on AMX int8 tiles where the CPU has them (SPECSERVE_AMX_Q8_ROWS
+// overrides; tiles and vpdpbusd give the same bits, so the choice is speed only)
+int64_t amx_q8_min_rows() {
+    static const int64_t rows = [] {
+        const char* env = std::getenv("SPECSERVE_AMX_Q8_ROWS");
+        return env ? std::atoll(env) : (int64_t)8;
+    }();
+    return rows;
+}
 
 // row -> (q + 128) bytes, k padded with 128 (a zero); returns the row's scale. The vector body rounds
 // as the scalar tail does (to nearest even), so every build quantizes a row the same way.
@@ -79,9 +92,11 @@ void pack_q8_block(const int8_t* src, int64_t n, int64_t k, int64_t block, uint8
 
 void gemm_q8(const ss_weight& w, const float* x, int64_t m, int64_t ldx, const Epilogue& e) {
     const int64_t kp = k_padded(SS_W_Q8, w.k);
+    const bool amx = m >= amx_q8_min_rows() && amx_q8_usable(w);
+    const int64_t rows_held = amx ? (m + 15) / 16 * 16 : m;     // AMX reads whole 16-row tiles
     static thread_local std::vector<uint8_t> rows;
     static thread_local std::vector<float> scales;
-    if ((int64_t)rows.size() < m * kp) rows.resize(m * kp);
+    if ((int64_t)rows.size() < rows_held * kp) rows.resize(rows_held * kp);
     if ((int64_t)scales.size() < m) scales.resize(m);
     uint8_t* xq = rows.data();          // (the workers' own thread_locals are other buffers)
     float* row_scales = scales.data();
@@ -91,6 +106,7 @@ void gemm_q8(const ss_weight& w, const float* x, int64_t m, int64_t ldx, const E
     });
     Epilogue eq = e;
     eq.row_scales = row_scales;
+    if (amx) return gemm_amx(w, xq, m, kp, eq);
 #ifdef SS_AVX512VNNI
     return gemm_avx512(w, xq, m, kp, eq);
 #endif
