@@ -7,10 +7,11 @@ through each in turn, prompt by prompt (or, with -np N, the whole set batched ov
 alternating the order, `--repeats` times; a configuration's time is its CPU time summed over one
 repeat, and the table shows the fastest and the median repeat against the first configuration.
 
-A configuration is SPEC[:QUANT[:N_MAX[:FLAGS]]]: a spec type (`none` for no speculation), the
+A configuration is SPEC[:QUANT[:N_MAX[:FLAGS[:OPTIONS]]]]: a spec type (`none` for no speculation), the
 drafter's --quant-draft (default: as the shipped drafter is served), --spec-draft-n-max (default: as
 served), and flags: `q` samples drafts (--spec-draft-sample; DFlash: --spec-dflash-sample sample),
-`s` adds --spec-schedule, `t` serves the target with --quant q8. At T=0 it also says whether each
+`s` adds --spec-schedule, `t` serves the target with --quant q8; and other engine options as
+NAME=VALUE pairs separated by commas (spec_draft_p_min=0.5). At T=0 it also says whether each
 configuration's tokens equal the first one's.
 
     .venv/bin/python benchmarks/interleaved.py none draft-mtp draft-mtp:int8 draft-dspark::6:s
@@ -34,7 +35,7 @@ PROMPT_SETS = {"code": CODE_PROMPTS, "free-text": TEXT_PROMPTS}
 
 
 def build(config: str, n_parallel: int) -> LLM:
-    spec, quant, n_max, flags = (config.split(":") + ["", "", ""])[:4]
+    spec, quant, n_max, flags, extra = (config.split(":") + ["", "", "", ""])[:5]
     target = {"quant": "q8"} if "t" in flags else {}
     if spec == "none":
         return LLM(BUNDLED_MODEL, n_parallel=n_parallel, **target)
@@ -49,13 +50,23 @@ def build(config: str, n_parallel: int) -> LLM:
         options["spec_draft_sample"] = True
     if "s" in flags:
         options["spec_schedule"] = True
+    for item in filter(None, extra.split(",")):     # NAME=VALUE: any other engine option
+        name, value = item.split("=", 1)
+        options[name] = type(options[name])(value) if name in options else _number(value)
     return LLM(BUNDLED_MODEL, draft_model=shipped_drafters()[spec][0], spec_type=spec, n_parallel=n_parallel,
                **options, **target)
 
 
+def _number(text: str):
+    try:
+        return int(text)
+    except ValueError:
+        return float(text)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("configs", nargs="+", help="SPEC[:QUANT[:N_MAX[:FLAGS]]]; the first is the baseline")
+    parser.add_argument("configs", nargs="+", help="SPEC[:QUANT[:N_MAX[:FLAGS[:OPTIONS]]]]; the first is the baseline")
     parser.add_argument("-T", "--temperature", type=float, default=0.0)
     parser.add_argument("-np", "--parallel", type=int, default=1, help="slots; above 1 the set is batched")
     parser.add_argument("-n", "--n-tokens", type=int, default=128)

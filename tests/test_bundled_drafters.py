@@ -7,7 +7,7 @@ import pytest
 
 from specserve import LLM, SamplingParams
 from specserve import kernels
-from specserve.bundled import (AMX_N_MAX, STDLIB_CODER_DRAFT_QUANT, STDLIB_CODER_DRAFTERS, served_options,
+from specserve.bundled import (AMX_N_MAX, NO_INT8_DOT_QUANT, STDLIB_CODER_DRAFTERS, served_options,
                                shipped_drafters)
 from specserve.commands.demo import default_spec_types
 from specserve.llm import BUNDLED_MODEL
@@ -36,8 +36,8 @@ def test_bundled_drafter_is_accepted_and_lossless(baseline, spec_type, quant):
     n_max = AMX_N_MAX.get(spec_type, n_max) if amx else n_max     # rows cost little with AMX: longer drafts
     options = served_options(spec_type) if quant == "served" else {"spec_draft_n_max": n_max}
     assert options["spec_draft_n_max"] == n_max
-    q8 = kernels.mode() == "native" and not amx and kernels.has_int8_dot()
-    assert options.get("quant_draft") == (("q8" if q8 else STDLIB_CODER_DRAFT_QUANT.get(spec_type)) if quant else None)
+    q8 = kernels.mode() == "native" and kernels.has_int8_dot()
+    assert options.get("quant_draft") == (("q8" if q8 else NO_INT8_DOT_QUANT.get(spec_type)) if quant else None)
     llm = LLM(BUNDLED_MODEL, draft_model=folder, spec_type=spec_type, n_parallel=2, **options)
     assert llm.engine.driver.max_draft() == n_max
     outs = llm.generate(PROMPTS, SamplingParams(temperature=0, max_tokens=48, ignore_eos=True))

@@ -130,10 +130,11 @@ def test_greedy_identical_with_and_without_draft_model(tiny_qwen3, near_draft, t
 
 
 @pytest.mark.skipif(kernels.requested() == "torch", reason="SPECSERVE_KERNELS=torch")
-@pytest.mark.parametrize("temperature", [0.0, 0.9])
-def test_one_call_chain_drafts_what_the_step_loop_drafts(tiny_qwen3, near_draft, monkeypatch, temperature):
+@pytest.mark.parametrize("temperature,p_min", [(0.0, 0.0), (0.9, 0.0), (0.0, 0.5), (0.9, 0.5)])
+def test_one_call_chain_drafts_what_the_step_loop_drafts(tiny_qwen3, near_draft, monkeypatch, temperature, p_min):
     """The chain in one native call and the step-by-step loop give the same drafts (so the same
-    counters), at 1 and 3 slots with per-request caps, greedy and sampled (--spec-draft-sample)."""
+    counters), at 1 and 3 slots with per-request caps, greedy and sampled (--spec-draft-sample), with
+    and without a --spec-draft-p-min cut."""
     from specserve.speculative.draft_simple import DraftSimple
     params = [SamplingParams(temperature=temperature, max_tokens=24, ignore_eos=True, seed=i) for i in range(len(PROMPTS))]
 
@@ -142,7 +143,7 @@ def test_one_call_chain_drafts_what_the_step_loop_drafts(tiny_qwen3, near_draft,
         counters = []
         for n_parallel in (1, 3):
             llm = LLM(tiny_qwen3, spec_type="draft-simple", draft_model=near_draft, n_parallel=n_parallel,
-                      spec_draft_n_max=4, spec_draft_sample=temperature > 0)
+                      spec_draft_n_max=4, spec_draft_sample=temperature > 0, spec_draft_p_min=p_min)
             assert llm.engine.driver.proposers[0].model.native is not None
             outs = llm.generate(PROMPTS, params)
             stats = llm.engine.driver.stats_dict()["draft-simple"]
@@ -150,7 +151,11 @@ def test_one_call_chain_drafts_what_the_step_loop_drafts(tiny_qwen3, near_draft,
                              stats["n_acc_per_pos"]))
         return counters
 
-    assert run(True) == run(False)
+    one_call = run(True)
+    assert one_call == run(False)
+    if p_min:       # the cut happened: fewer tokens drafted than without it
+        n_drafted = one_call[0][1]
+        assert 0 < n_drafted < 4 * sum(len(t) for t in one_call[0][0]) / 2
 
 
 @pytest.mark.parametrize("sample", [False, True])

@@ -32,7 +32,8 @@ def record_drafts(llm) -> list:
     return seen
 
 
-def run_both_ways(monkeypatch, spec_type: str, target, draft=None, n_max: int = 4, temperature: float = 0.0):
+def run_both_ways(monkeypatch, spec_type: str, target, draft=None, n_max: int = 4, temperature: float = 0.0,
+                  p_min: float = 0.0):
     """Every draft (with its q when sampled), the outputs and the counters at 1 and 3 slots, with the
     one-call chain and with the step loop."""
     params = [SamplingParams(temperature=temperature, max_tokens=24, ignore_eos=True, seed=i)
@@ -47,7 +48,7 @@ def run_both_ways(monkeypatch, spec_type: str, target, draft=None, n_max: int = 
         counters = []
         for n_parallel in (1, 3):
             llm = LLM(target, spec_type=spec_type, draft_model=draft, n_parallel=n_parallel, spec_draft_n_max=n_max,
-                      spec_draft_sample=temperature > 0)
+                      spec_draft_sample=temperature > 0, spec_draft_p_min=p_min)
             drafts = record_drafts(llm)
             outs = llm.generate(PROMPTS, params)
             stats = llm.engine.driver.stats_dict()[spec_type]
@@ -56,7 +57,10 @@ def run_both_ways(monkeypatch, spec_type: str, target, draft=None, n_max: int = 
         assert bool(calls) == one_call
         results.append(counters)
     assert results[0] == results[1]
-    assert len(results[0][0][0]) > 20 and max(len(d) for _, d, _ in results[0][0][0]) == n_max
+    lengths = [len(d) for _, d, _ in results[0][0][0]]
+    assert len(lengths) > (8 if p_min else 20) and max(lengths) == n_max
+    if p_min:
+        assert min(lengths) < n_max           # the cut happened
 
 
 @pytest.mark.parametrize("layout,kwargs", [
@@ -79,3 +83,17 @@ def test_mtp_one_call_chain_drafts_what_the_step_loop_drafts(tmp_path, monkeypat
     target = write_model(tmp_path, "qwen2" if layout == "mimo" else "qwen3", seed=1, std=0.25, tokenizer=False)
     add_mtp(target, layout, std=0.3)
     run_both_ways(monkeypatch, "draft-mtp", target, n_max=3, temperature=temperature)
+
+
+@pytest.mark.parametrize("spec_type", ["draft-eagle3", "draft-mtp"])
+@pytest.mark.parametrize("temperature", [0.0, 0.9])
+def test_p_min_cut_in_one_call_matches_the_step_loop(tmp_path, target6, monkeypatch, spec_type, temperature):
+    """--spec-draft-p-min: the one-call chain reports each step's top-1 probability and stops once every
+    slot was cut; the drafts it keeps are the step loop's."""
+    if spec_type == "draft-mtp":
+        target = write_model(tmp_path, "qwen3", seed=1, std=0.25, tokenizer=False)
+        add_mtp(target, "deepseek", std=0.3)
+        run_both_ways(monkeypatch, spec_type, target, n_max=4, temperature=temperature, p_min=0.2)
+    else:
+        draft = write_eagle3(tmp_path / "d", target6, "specforge", draft_vocab=200)
+        run_both_ways(monkeypatch, spec_type, target6, draft, temperature=temperature, p_min=0.2)

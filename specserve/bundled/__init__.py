@@ -16,11 +16,12 @@ STDLIB_CODER_DRAFTERS = {
     "draft-dspark": (BUNDLED_DIR / "stdlib-coder-dspark", 3),
 }
 
-# on a CPU with AMX, where 16 rows cost what one does, the block drafters (trained on blocks of 8) were
-# measured best with 6 drafts in bfloat16 and the chains with int8 weights, which halve the bytes each
-# of their one-row steps streams (docs/training.md, "On a Xeon with AMX")
+# on a CPU with AMX, where 16 rows cost what one does, the block drafters (trained on blocks of 8) are
+# served with 6 drafts (docs/training.md, "On a Xeon with AMX")
 AMX_N_MAX = {"draft-dflash": 6, "draft-dspark": 6}
-STDLIB_CODER_DRAFT_QUANT = {"draft-simple": "int8", "draft-eagle3": "int8", "draft-mtp": "int8"}
+# without int8 dot products the chains take int8 weights, which halve the bytes each of their one-row
+# steps streams, and the block drafters bfloat16
+NO_INT8_DOT_QUANT = {"draft-simple": "int8", "draft-eagle3": "int8", "draft-mtp": "int8"}
 
 
 def _rows_nearly_free() -> bool:
@@ -30,14 +31,14 @@ def _rows_nearly_free() -> bool:
 
 def served_quant(spec_type: str) -> str | None:
     """The --quant-draft a shipped drafter is served with on this CPU (None: bfloat16, or not a drafter):
-    with AMX as above; elsewhere q8 (int8 weights and rows, integer dot products) where the CPU has
-    int8 dot products (AVX-512 VNNI), the cheapest draft there on one row and on several. The target
-    verifies every draft, so the output is the same either way."""
+    q8 (int8 weights and rows, integer dot products) where the CPU has int8 dot products (AVX-512 VNNI),
+    measured the cheapest draft for every drafter with and without AMX; else as NO_INT8_DOT_QUANT. The
+    target verifies every draft, so the output is the same either way."""
     if spec_type not in STDLIB_CODER_DRAFTERS:
         return None
-    if not _rows_nearly_free() and kernels.mode() == "native" and kernels.has_int8_dot():
+    if kernels.mode() == "native" and kernels.has_int8_dot():
         return "q8"
-    return STDLIB_CODER_DRAFT_QUANT.get(spec_type)
+    return NO_INT8_DOT_QUANT.get(spec_type)
 
 
 def served_n_max(spec_type: str) -> int:

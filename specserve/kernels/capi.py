@@ -55,7 +55,7 @@ class BlockDraft(ctypes.Structure):
 
 class ChainPick(ctypes.Structure):
     _fields_ = [("top_k", c_int32), ("n_steps", c_int64), ("temperature", c_void_p), ("uniforms", c_void_p),
-                ("cand_ids", c_void_p), ("cand_q", c_void_p)]
+                ("cand_ids", c_void_p), ("cand_q", c_void_p), ("p_min", c_float), ("top_prob", c_void_p)]
 
 
 class HeadChain(ctypes.Structure):

@@ -7,7 +7,8 @@ target instead of its own past:
   context K/V are k_norm(k_proj(ctx)) and v_proj(ctx) (no input_layernorm on the context; k_norm
   only for Qwen3-style stacks; the projections' biases, if any, apply to context rows as to block rows);
   the block is [anchor, MASK, ..., MASK] embedded with the TARGET's embedding, and the final-normed
-  rows go through the TARGET's lm_head. Neither is copied: `attach_target` keeps references.
+  rows go through the TARGET's lm_head. Neither is copied: `attach_target` keeps references (with
+  --quant-draft the draft rows go through a quantized copy of the lm_head).
 Two forwards compute the same thing:
   * `forward_cached`: serving; per slot a static cache of context K/V that persists across steps;
     the block's own K/V are written after the context and simply not counted (the "crop");
@@ -244,7 +245,11 @@ class BlockDrafter(nn.Module):
             target = self.target_ref[0]
             target.prepare_native()
             self.native = NativeLayers(self.layers, cfg, self.quant)
-            self.native.set_io(self.shared.embed, self.norm.weight, target.native.head)
+            # --quant-draft: the draft rows also go through a quantized copy of the target's lm_head (its
+            # bytes are a large part of a draft call's); the target's own when it is quantized the same way
+            head = target.native.head if self.quant in (None, target.quant) else \
+                PackedLinear(self.shared.lm_head, None, self.quant)
+            self.native.set_io(self.shared.embed, self.norm.weight, head)
             self.packed_fc = PackedLinear(self.fc.weight, None, self.quant)
         if self.serving is None and self.native is None:
             self.serving = [layer.serving_weights(cfg) for layer in self.layers]

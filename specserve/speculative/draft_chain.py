@@ -96,13 +96,14 @@ def feed_long_catch_ups(first: list[ChainRows], step: StepFn) -> None:
 
 
 class ChainPick:
-    """The sampled picks of a one-call chain (kernels.h `ss_chain_pick`): per slot its temperature and
-    uniforms (as many as the step loop would draw), and the top-10 candidates and q the kernel writes."""
+    """The picks of a one-call chain that are not plain argmaxes (kernels.h `ss_chain_pick`): per slot its
+    temperature and uniforms (as many as the step loop would draw) for `--spec-draft-sample` slots, the
+    top-10 candidates and q the kernel writes; and with --spec-draft-p-min each step's top-1 probability."""
 
-    def __init__(self, requests: list[DraftRequest], caps: list[int], vocab_size: int):
+    def __init__(self, requests: list[DraftRequest], caps: list[int], vocab_size: int, sample: bool, p_min: float):
         n_steps, k = max(caps), min(TOP_K, vocab_size)
         self.vocab_size = vocab_size
-        self.sampled = [r.temperature > 0 for r in requests]
+        self.sampled = [sample and r.temperature > 0 for r in requests]
         self.temperature = torch.tensor([r.temperature if on else 0.0 for r, on in zip(requests, self.sampled)])
         self.uniforms = torch.zeros(len(requests), n_steps, dtype=torch.float64)
         for i, (req, cap) in enumerate(zip(requests, caps)):
@@ -110,9 +111,22 @@ class ChainPick:
                 self.uniforms[i, :cap] = torch.rand(cap, generator=req.generator, dtype=torch.float64)
         self.ids = torch.zeros(len(requests), n_steps, k, dtype=torch.int64)
         self.q = torch.zeros(len(requests), n_steps, k)
+        self.p_min = p_min
+        self.top_prob = np.zeros((len(requests), n_steps), dtype=np.float32)
         self.struct = capi.ChainPick(k, n_steps, self.temperature.data_ptr(), self.uniforms.data_ptr(),
-                                     self.ids.data_ptr(), self.q.data_ptr())
+                                     self.ids.data_ptr(), self.q.data_ptr(), p_min, self.top_prob.ctypes.data)
         self.ref = ctypes.byref(self.struct)
+
+    @staticmethod
+    def needed(requests: list[DraftRequest], settings: SimpleNamespace) -> bool:
+        return settings.p_min > 0 or (settings.sample and any(r.temperature > 0 for r in requests))
+
+    def kept(self, i: int, cap: int) -> int:
+        """How many of slot i's drafts stand: up to its cap, and before the first step below p_min."""
+        if self.p_min <= 0:
+            return cap
+        below = np.flatnonzero(self.top_prob[i, :cap] < self.p_min)
+        return int(below[0]) if below.size else cap
 
     def q_rows(self, i: int, n: int) -> torch.Tensor | None:
         """Slot i's q [n, V] for its first n drafts, or None for a greedy slot."""
@@ -123,22 +137,27 @@ class ChainPick:
 
 def one_call_chain(requests: list[DraftRequest], first: list[ChainRows], step: StepFn, settings: SimpleNamespace,
                    chain: Callable, vocab_size: int) -> dict[int, Draft]:
-    """run_chain's drafts, when no probability cut applies, with every step in one native call:
-    chain(batch, hidden, n_more, pick) -> target ids [S, 1 + n_more], the batch's output rows being each
-    slot's last row; `pick` (a ChainPick, or None when no slot samples) samples the `--spec-draft-sample`
-    slots. Small Python operations between native calls run on cold caches and cost more than a small
-    drafter's layers."""
+    """run_chain's drafts with every step in one native call: chain(batch, hidden, n_more, pick) -> target
+    ids [S, 1 + n_more], the batch's output rows being each slot's last row; `pick` (a ChainPick, or None
+    for argmaxes alone) samples the `--spec-draft-sample` slots and reports the probabilities that
+    --spec-draft-p-min cuts drafts at. Small Python operations between native calls run on cold caches
+    and cost more than a small drafter's layers."""
     feed_long_catch_ups(first, step)
     by_slot = {r.slot: r for r in requests}
     reqs = [by_slot[r.slot] for r in first]
     caps = [draft_cap(settings, r) for r in reqs]
-    pick = ChainPick(reqs, caps, vocab_size) if settings.sample and any(r.temperature > 0 for r in reqs) else None
+    pick = ChainPick(reqs, caps, vocab_size, settings.sample, settings.p_min) \
+        if ChainPick.needed(reqs, settings) else None
     batch = StepBatch.build([(r.slot, r.tokens, r.pos0) for r in first],
                             (np.cumsum([r.tokens.shape[0] for r in first]) - 1).tolist())
     hidden = None if first[0].hidden is None else torch.cat([r.hidden for r in first])
     drafts = chain(batch, hidden, max(caps) - 1, pick).tolist()
-    return {r.slot: Draft(tokens[:cap], None if pick is None else pick.q_rows(i, cap))
-            for i, (r, cap, tokens) in enumerate(zip(first, caps, drafts)) if cap >= max(1, settings.n_min)}
+    out = {}
+    for i, (r, cap, tokens) in enumerate(zip(first, caps, drafts)):
+        n = cap if pick is None else pick.kept(i, cap)
+        if n >= max(1, settings.n_min):
+            out[r.slot] = Draft(tokens[:n], None if pick is None else pick.q_rows(i, n))
+    return out
 
 
 def run_chain(requests: list[DraftRequest], first: list[ChainRows], step: StepFn, settings: SimpleNamespace,
@@ -162,6 +181,9 @@ def run_chain(requests: list[DraftRequest], first: list[ChainRows], step: StepFn
         next_rows, keep = [], []
         for i, (r, req) in enumerate(zip(rows, reqs)):
             if top_prob[i] < settings.p_min:
+                if q_rows[i] is not None:    # draw the uniforms of the steps not run, as the one-call chain does
+                    torch.rand(draft_cap(settings, req) - len(tokens[r.slot]) - 1, generator=req.generator,
+                               dtype=torch.float64)
                 continue
             tokens[r.slot].append(chosen[i])
             if q_rows[i] is not None:

@@ -72,7 +72,7 @@ class DraftSimple(Proposer):
         """Whether the whole chain can run as one native call: no probability cut, the same vocabulary,
         and RoPE tables indexed by position."""
         model, settings = self.model, self.settings
-        return (model.native is not None and settings.p_min <= 0 and self.draft_vocab == self.target_vocab
+        return (model.native is not None and self.draft_vocab == self.target_vocab
                 and model.rope.rope_type != "dynamic")
 
     def _chain_call(self, batch: StepBatch, hidden, n_more: int, pick) -> torch.Tensor:

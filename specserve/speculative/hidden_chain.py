@@ -182,7 +182,7 @@ class HiddenChainProposer(Proposer):
 
     def _one_call(self) -> bool:
         """Whether the chain can run as one native call: no probability cut, RoPE tables indexed by position."""
-        return (self.head.native is not None and self.settings.p_min <= 0 and self.head.rope.rope_type != "dynamic")
+        return (self.head.native is not None and self.head.rope.rope_type != "dynamic")
 
     def _chain_call(self, batch: StepBatch, hidden: torch.Tensor, n_more: int, pick) -> torch.Tensor:
         return self.head.draft_chain(batch, hidden, self.cache, n_more, self.id_map, pick)

@@ -1,6 +1,7 @@
 // How a draft chain picks each slot's next token (speculative/draft_chain.py's draft loop): the
 // argmax, or with a temperature a draw from softmax(top-k logits / T) with one uniform, the k
-// candidates and their probabilities written out as the draft's q for rejection sampling.
+// candidates and their probabilities written out as the draft's q for rejection sampling; with
+// p_min, the top candidate's probability at T = 1, where the chain's draft is cut.
 #include <algorithm>
 #include <cmath>
 
@@ -8,15 +9,10 @@
 
 namespace ss {
 
-int64_t pick_draft(const ss_chain_pick* p, int64_t slot, int64_t step, const float* logits, int64_t vocab,
-                   const int64_t* id_map) {
-    if (!p || p->temperature[slot] <= 0.0f) {
-        const int64_t best = argmax(logits, vocab);
-        return id_map ? id_map[best] : best;
-    }
-    // the k largest logits, largest first (ties: the lower index first)
-    const int32_t k = (int32_t)std::min<int64_t>(p->top_k, vocab);
-    int64_t top[64];
+namespace {
+
+// the k largest logits' indices, largest first (ties: the lower index first); returns k
+int32_t top_logits(const float* logits, int64_t vocab, int32_t k, int64_t* top) {
     int32_t n = 0;
     for (int64_t v = 0; v < vocab; v++) {
         if (n == k && logits[v] <= logits[top[n - 1]]) continue;
@@ -27,6 +23,36 @@ int64_t pick_draft(const ss_chain_pick* p, int64_t slot, int64_t step, const flo
         }
         top[at] = v;
     }
+    return n;
+}
+
+}  // namespace
+
+bool chain_cut_everywhere(const ss_chain_pick* p, int64_t n_slots, int64_t step) {
+    if (!p || p->p_min <= 0.0f) return false;
+    for (int64_t s = 0; s < n_slots; s++) {
+        bool cut = false;
+        for (int64_t j = 0; j <= step && !cut; j++) cut = p->top_prob[s * p->n_steps + j] < p->p_min;
+        if (!cut) return false;
+    }
+    return true;
+}
+
+int64_t pick_draft(const ss_chain_pick* p, int64_t slot, int64_t step, const float* logits, int64_t vocab,
+                   const int64_t* id_map) {
+    const bool sampled = p && p->temperature[slot] > 0.0f, cut_test = p && p->p_min > 0.0f;
+    if (!sampled && !cut_test) {
+        const int64_t best = argmax(logits, vocab);
+        return id_map ? id_map[best] : best;
+    }
+    int64_t top[64];
+    const int32_t k = top_logits(logits, vocab, (int32_t)std::min<int64_t>(p->top_k, vocab), top);
+    if (cut_test) {
+        double total = 0.0;
+        for (int32_t i = 0; i < k; i++) total += std::exp((double)logits[top[i]] - logits[top[0]]);
+        p->top_prob[slot * p->n_steps + step] = (float)(1.0 / total);
+    }
+    if (!sampled) return id_map ? id_map[top[0]] : top[0];
     const int64_t at_row = (slot * p->n_steps + step) * p->top_k;
     const double inv_t = 1.0 / p->temperature[slot];
     double total = 0.0, weights[64];

@@ -170,7 +170,8 @@ int32_t ss_model_draft_chain(const ss_model* m, const ss_step* first, int64_t n_
     }
     std::vector<int64_t> out_rows(n_slots);
     for (int64_t i = 0; i < n_slots; i++) out_rows[i] = i;
-    for (int64_t j = 1; j <= n_more; j++) {
+    int64_t j = 1;
+    for (; j <= n_more && !ss::chain_cut_everywhere(pick, n_slots, j - 1); j++) {
         for (int64_t i = 0; i < n_slots; i++) {
             fed[i] = drafts[i * width + j - 1];
             pos[i] += 1;
@@ -190,6 +191,9 @@ int32_t ss_model_draft_chain(const ss_model* m, const ss_step* first, int64_t n_
         for (int64_t i = 0; i < n_slots; i++)
             drafts[i * width + j] = ss::pick_draft(pick, i, j, logits.data() + i * m->vocab, m->vocab, nullptr);
     }
+    // stopped early (p_min cut every slot): the last pick and the steps not run were never fed
+    for (int64_t t = j <= n_more ? j - 1 : width; t < width; t++)
+        for (int64_t i = 0; i < n_slots; i++) drafts[i * width + t] = -1;
     return 0;
 }
 

@@ -86,7 +86,8 @@ extern "C" int32_t ss_head_draft_chain(const ss_model* m, const ss_head_chain* h
     attn.row_pos = pos.data();
     attn.key_len = nullptr;             // causal
     attn.rope_index = pos.data();       // tables indexed by position (Python checks the RoPE type)
-    for (int64_t j = 1; j <= n_more; j++) {
+    int64_t j = 1;
+    for (; j <= n_more && !chain_cut_everywhere(pick, n_slots, j - 1); j++) {
         for (int64_t i = 0; i < n_slots; i++) {
             fed[i] = drafts[i * width + j - 1];
             pos[i] += 1;
@@ -96,5 +97,8 @@ extern "C" int32_t ss_head_draft_chain(const ss_model* m, const ss_head_chain* h
         std::swap(fed_hidden, next_hidden);
         for (int64_t i = 0; i < n_slots; i++) drafts[i * width + j] = picked[i];
     }
+    // stopped early (p_min cut every slot): the last pick and the steps not run were never fed
+    for (int64_t t = j <= n_more ? j - 1 : width; t < width; t++)
+        for (int64_t i = 0; i < n_slots; i++) drafts[i * width + t] = -1;
     return 0;
 }

@@ -89,7 +89,9 @@ void ss_layer_forward(const ss_model* m, int32_t layer, float* x, int64_t n_rows
 int32_t ss_model_forward(const ss_model* m, const ss_step* step);
 // How a draft chain picks slot s's token at step j: the argmax, or when temperature[s] > 0 a draw with
 // uniforms[s, j] from q = softmax(top_k largest logits / T), whose candidates (target ids) and
-// probabilities go to cand_ids / cand_q [n_slots, n_steps, top_k] (top_k <= 64).
+// probabilities go to cand_ids / cand_q [n_slots, n_steps, top_k] (top_k <= 64). With p_min > 0 the
+// chain also writes top_prob[s, j], the largest of softmax(top_k largest logits) (llama.cpp's
+// --draft-p-min test), and stops once every slot has had one below p_min (its later drafts unused).
 struct ss_chain_pick {
     int32_t top_k;
     int64_t n_steps;
@@ -97,6 +99,8 @@ struct ss_chain_pick {
     const double* uniforms;       // [n_slots, n_steps]
     int64_t* cand_ids;
     float* cand_q;
+    float p_min;
+    float* top_prob;              // [n_slots, n_steps], zeros past where the chain stopped
 };
 // A draft chain: `first` (logits set, one output row per slot, in slot order), then n_more steps that
 // each feed every slot's last draft at the next position. drafts [n_out, 1 + n_more]; pick null: argmax.
@@ -199,6 +203,7 @@ void layer_forward(const ss_model& m, int layer, float* x, int64_t n, const floa
 void embed_rows(const ss_model& m, const int64_t* tokens, int64_t n, float* x);
 void dense_softmax(const float* x, int64_t vocab, float temperature, float* probs);
 int64_t draw_row(const float* p, int64_t vocab, double u);
+bool chain_cut_everywhere(const ss_chain_pick* p, int64_t n_slots, int64_t step);   // p_min stops every slot
 int64_t pick_draft(const ss_chain_pick* p, int64_t slot, int64_t step, const float* logits, int64_t vocab,
                    const int64_t* id_map);
 }
