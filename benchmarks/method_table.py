@@ -6,9 +6,10 @@ tokens per verification step), acceptance per draft position, decode tokens/s an
 over no speculation in the same setting. The speedup is measured in process CPU time (one
 torch thread by default), which other jobs on a shared machine do not distort; tok/s is the
 wall-clock decode rate. The drafters are the ones shipped for the bundled model
-(specserve.bundled.STDLIB_CODER_DRAFTERS), served as shipped (specserve.bundled.served_options: `--quant-draft q8`
-on CPUs with int8 dot products, else int8 for the draft-simple, EAGLE-3 and MTP chains; `--quant-draft none`
-runs every drafter in bfloat16); a type without one is skipped with a note.
+(specserve.bundled.STDLIB_CODER_DRAFTERS), served as shipped (specserve.bundled.served_options: their draft
+lengths for this CPU, at T=0 and at T > 0, and `--quant-draft q8` on CPUs with int8 dot products, else int8
+for the draft-simple, EAGLE-3 and MTP chains; `--quant-draft none` runs every drafter in bfloat16); a type
+without one is skipped with a note.
 At T=1 the model drafters also run with `--spec-draft-sample` (drafts sampled from q, verified by rejection
 sampling).
 Every (prompt set, temperature) cell, and every repeat of it, runs on a new engine, so methods that learn
@@ -35,7 +36,7 @@ from pathlib import Path
 from specserve import LLM, SamplingParams
 from specserve import kernels
 from specserve.errors import SpecServeError
-from specserve.bundled import served_n_max, served_quant, shipped_drafters
+from specserve.bundled import served_options, served_quant, shipped_drafters
 from specserve.llm import BUNDLED_MODEL
 from specserve.speculative.registry import available_types, proposer_class
 
@@ -47,7 +48,6 @@ PROMPT_SETS = {"code": CODE_PROMPTS, "free-text": TEXT_PROMPTS}
 MODEL_DRAFTERS = ("draft-simple", "draft-eagle3", "draft-mtp")
 QUANT_WORDS = {"served": "as served (q8 with int8 dot products, else int8 for the draft-simple, EAGLE-3 and MTP "
                          "chains and bfloat16 for the block drafters)", "none": "bfloat16", "int8": "int8", "q8": "q8"}
-BLOCK_DRAFTERS = ("draft-dflash", "draft-dspark")
 
 
 def bundled_drafters(target: Path) -> dict[str, Path]:
@@ -116,9 +116,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("-m", "--model", default=str(BUNDLED_MODEL))
     parser.add_argument("-n", "--n-tokens", type=int, default=128)
-    parser.add_argument("--n-max", type=int, default=3, help="--spec-draft-n-max for the other types")
-    parser.add_argument("--block-n-max", type=int, default=None,
-                        help="--spec-draft-n-max for draft-dflash/dspark (default: what the shipped ones are served with)")
+    parser.add_argument("--n-max", type=int, default=3, help="--spec-draft-n-max for the n-gram types")
+    parser.add_argument("--draft-n-max", type=int, default=None,
+                        help="--spec-draft-n-max for the model drafters at every temperature (default: the lengths "
+                             "the shipped ones are served with, specserve.bundled.served_options)"),
     parser.add_argument("--sets", default="code,free-text")
     parser.add_argument("--temperatures", default="0,1")
     parser.add_argument("-t", "--threads", type=int, default=1,
@@ -142,20 +143,24 @@ def main() -> None:
         return
     if args.threads > 0:
         kernels.set_threads(args.threads)
-    if args.block_n_max is None:
-        args.block_n_max = served_n_max("draft-dspark")
     target = Path(args.model)
     temps = [float(t) for t in args.temperatures.split(",")]
     sets = args.sets.split(",")
     own = dict(item.split("=", 1) for item in args.drafter)
     configs, skipped = configurations(target, [m for m in args.methods.split(",") if m], args.schedule,
                                       {t: Path(d) for t, d in own.items()})
-    results, t_start = [], time.perf_counter()
+    results, t_start, draft_lengths = [], time.perf_counter(), {}
     baseline: dict[tuple, dict] = {}
     for label, spec_type, folder, extra, config_temps in configs:
-        n_max = args.block_n_max if spec_type in BLOCK_DRAFTERS else args.n_max
+        model_drafter = proposer_class(spec_type).model_drafter
+        lengths = {"spec_draft_n_max": args.n_max}
+        if model_drafter:
+            lengths = {"spec_draft_n_max": args.draft_n_max} if args.draft_n_max else \
+                {k: v for k, v in served_options(spec_type).items() if k != "quant_draft"}
+            draft_lengths[spec_type] = [lengths["spec_draft_n_max"],
+                                        lengths.get("spec_draft_n_max_sampled", lengths["spec_draft_n_max"])]
         quant = args.quant_draft if args.quant_draft != "served" else (served_quant(spec_type) or "none")
-        if quant != "none" and proposer_class(spec_type).model_drafter:
+        if quant != "none" and model_drafter:
             extra = {**extra, "quant_draft": quant}
 
         def fresh_engine():
@@ -163,8 +168,7 @@ def main() -> None:
             not meet a prompt set, or a repeat, they have already seen. It is warmed up with one short
             request per slot, all at once, so that first-call costs (buffers, and with --spec-schedule the
             first timing of a draft call for that many slots) stay out of the measurement."""
-            llm = LLM(target, draft_model=folder, spec_type=spec_type, spec_draft_n_max=n_max,
-                      n_parallel=args.parallel, **extra)
+            llm = LLM(target, draft_model=folder, spec_type=spec_type, n_parallel=args.parallel, **lengths, **extra)
             warm = [llm.tokenizer.encode(WARM_UP)[:8 + i] for i in range(args.parallel)]
             llm.generate(warm, [SamplingParams(temperature=0, max_tokens=8)] * len(warm))
             return llm
@@ -202,7 +206,7 @@ def main() -> None:
                 print(f"  {label:<22} {name:<9} T={temp:g}: tau {r['tau']:.2f} {r['tokens_per_s']:7.1f} tok/s "
                       f"cpu {r['cpu_s']:.2f}s speedup x{r['speedup']:.2f}", flush=True)
     print_table(results, sets, temps, target, args, skipped)
-    out = {"model": str(target), "n_tokens": args.n_tokens, "n_max": args.n_max, "block_n_max": args.block_n_max,
+    out = {"model": str(target), "n_tokens": args.n_tokens, "n_max": args.n_max, "draft_lengths": draft_lengths,
            "parallel": args.parallel, "schedule": args.schedule, "quant_draft": args.quant_draft,
            "threads": kernels.threads(),
            "machine": results_table.machine(), "minutes": (time.perf_counter() - t_start) / 60, "results": results,
@@ -245,14 +249,21 @@ def markdown_table(record: dict) -> str:
     return "\n".join(out)
 
 
+def draft_length_words(record: dict) -> str:
+    """The draft lengths a record ran with, in words (older records: one length for the block drafters)."""
+    if "draft_lengths" not in record:
+        return f"`--spec-draft-n-max` {record['n_max']} ({record['block_n_max']} for the block drafters)"
+    per = ", ".join(f"{t} {n}" + (f" ({s} at T > 0)" if s != n else "") for t, (n, s) in record["draft_lengths"].items())
+    return f"`--spec-draft-n-max` {per}" + (f", {record['n_max']} for the n-gram types" if per else "")
+
+
 def write_markdown(args, record: dict) -> None:
     slots = record.get("parallel", 1)
     streams = "single stream" if slots == 1 else f"{slots} slots, each prompt set submitted at once"
     if record.get("schedule"):
         streams += ", `--spec-schedule`"
     conditions = (f"{Path(record['model']).name}, {record['n_tokens']} tokens per prompt, {streams}, "
-                  f"{record['threads']} thread(s), `--spec-draft-n-max` {record['n_max']} "
-                  f"({record['block_n_max']} for the block drafters), draft weights "
+                  f"{record['threads']} thread(s), {draft_length_words(record)}, draft weights "
                   f"{QUANT_WORDS[record.get('quant_draft', 'none')]}; speedup in CPU time over no speculation.")
     results_table.write_table(args, "Every method on the bundled model", markdown_table(record), conditions,
                               record.get("machine") or None)
@@ -260,7 +271,7 @@ def write_markdown(args, record: dict) -> None:
 
 def print_table(results, sets, temps, target, args, skipped) -> None:
     print(f"\nmethod table: {target.name}, {args.n_tokens} tokens per prompt, {len(PROMPT_SETS[sets[0]])} prompts "
-          f"per set, --spec-draft-n-max {args.n_max} ({args.block_n_max} for block drafters), {args.parallel} slot(s), "
+          f"per set, --spec-draft-n-max {args.n_max} for the n-gram types, {args.parallel} slot(s), "
           f"{kernels.threads()} threads\n")
     cols = [(s, t) for t in temps for s in sets]
     head = f"{'method':<22}" + "".join(f" | {s} T={t:g}".ljust(22) for s, t in cols)

@@ -33,9 +33,10 @@ def test_bundled_drafter_is_accepted_and_lossless(baseline, spec_type, quant):
     """As served (q8 with int8 dot products, else int8 weights for the chain drafters) and in bfloat16."""
     folder, n_max = STDLIB_CODER_DRAFTERS[spec_type]
     amx = kernels.mode() == "native" and kernels.has_amx()
-    n_max = AMX_N_MAX.get(spec_type, n_max) if amx else n_max     # rows cost little with AMX: longer drafts
+    n_max, n_sampled = AMX_N_MAX[spec_type] if amx else (n_max, n_max)    # with AMX rows cost little at T=0
     options = served_options(spec_type) if quant == "served" else {"spec_draft_n_max": n_max}
     assert options["spec_draft_n_max"] == n_max
+    assert options.get("spec_draft_n_max_sampled", n_max) == (n_sampled if quant == "served" else n_max)
     q8 = kernels.mode() == "native" and kernels.has_int8_dot()
     assert options.get("quant_draft") == (("q8" if q8 else NO_INT8_DOT_QUANT.get(spec_type)) if quant else None)
     llm = LLM(BUNDLED_MODEL, draft_model=folder, spec_type=spec_type, n_parallel=2, **options)

@@ -16,9 +16,11 @@ STDLIB_CODER_DRAFTERS = {
     "draft-dspark": (BUNDLED_DIR / "stdlib-coder-dspark", 3),
 }
 
-# on a CPU with AMX, where 16 rows cost what one does, the block drafters (trained on blocks of 8) are
-# served with 6 drafts (docs/training.md, "On a Xeon with AMX")
-AMX_N_MAX = {"draft-dflash": 6, "draft-dspark": 6}
+# on a CPU with AMX, where 16 rows cost what one does, longer drafts pay at T=0 and short ones at T > 0,
+# where fewer drafts are accepted (measured with q8 drafts, docs/training.md "On a Xeon with AMX"):
+# spec type -> (--spec-draft-n-max, --spec-draft-n-max-sampled)
+AMX_N_MAX = {"draft-simple": (6, 2), "draft-eagle3": (6, 2), "draft-mtp": (8, 3), "draft-dflash": (6, 2),
+             "draft-dspark": (6, 3)}
 # without int8 dot products the chains take int8 weights, which halve the bytes each of their one-row
 # steps streams, and the block drafters bfloat16
 NO_INT8_DOT_QUANT = {"draft-simple": "int8", "draft-eagle3": "int8", "draft-mtp": "int8"}
@@ -41,16 +43,19 @@ def served_quant(spec_type: str) -> str | None:
     return NO_INT8_DOT_QUANT.get(spec_type)
 
 
-def served_n_max(spec_type: str) -> int:
-    """The --spec-draft-n-max a shipped drafter is served with on this CPU."""
+def served_n_max(spec_type: str, sampled: bool = False) -> int:
+    """The --spec-draft-n-max a shipped drafter is served with on this CPU (sampled: its
+    --spec-draft-n-max-sampled, for requests at T > 0)."""
     if _rows_nearly_free():
-        return AMX_N_MAX.get(spec_type, STDLIB_CODER_DRAFTERS[spec_type][1])
+        return AMX_N_MAX[spec_type][1 if sampled else 0]
     return STDLIB_CODER_DRAFTERS[spec_type][1]
 
 
 def served_options(spec_type: str) -> dict:
-    """The options a shipped drafter is served with on this CPU: its draft length and its weights."""
+    """The options a shipped drafter is served with on this CPU: its draft lengths and its weights."""
     options = {"spec_draft_n_max": served_n_max(spec_type)}
+    if served_n_max(spec_type, sampled=True) != options["spec_draft_n_max"]:
+        options["spec_draft_n_max_sampled"] = served_n_max(spec_type, sampled=True)
     quant = served_quant(spec_type)
     if quant:
         options["quant_draft"] = quant

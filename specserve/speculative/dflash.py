@@ -178,6 +178,14 @@ class DFlash(Proposer):
         return torch.cat([torch.cat(rows) for rows in per_tap], dim=-1), slots, positions
 
     def draft(self, requests: list[DraftRequest]) -> dict[int, Draft]:
+        n_sampled = min(self.n_draft, self.settings.n_max_sampled)
+        if n_sampled == self.n_draft or all(r.temperature <= 0 for r in requests):
+            return self._draft_block(requests, self.n_draft)
+        # a block is one length for all its slots: greedy and sampled slots draft in separate calls
+        greedy, sampled = [r for r in requests if r.temperature <= 0], [r for r in requests if r.temperature > 0]
+        return {**(self._draft_block(greedy, self.n_draft) if greedy else {}), **self._draft_block(sampled, n_sampled)}
+
+    def _draft_block(self, requests: list[DraftRequest], block_drafts: int) -> dict[int, Draft]:
         reqs, chunks = [], []
         for req in requests:
             pending = self._new_context(req)
@@ -188,7 +196,7 @@ class DFlash(Proposer):
             return {}
         # a block no longer than the scheduler's draft length: fewer rows to draft (not the slots' own caps,
         # which differ between slots: a slot's drafts must not depend on the others in the batch)
-        n_draft = min(self.n_draft, reqs[0].n_scheduled) if reqs[0].n_scheduled > 0 else self.n_draft
+        n_draft = min(block_drafts, reqs[0].n_scheduled) if reqs[0].n_scheduled > 0 else block_drafts
         sampling = [self._samples(r) for r in reqs]
         hidden, chain = self._run_block(reqs, chunks, sampling, n_draft)
         for r in reqs:     # context committed up to the anchor; the block's rows are dropped (the crop)

@@ -48,9 +48,10 @@ StepFn = Callable[[StepBatch, "torch.Tensor | None"], "tuple[torch.Tensor | None
 
 
 def draft_cap(settings: SimpleNamespace, req: DraftRequest) -> int:
-    """Most tokens to draft for this request: --spec-draft-n-max, or the caller's or the scheduler's
-    smaller cap."""
-    return min(cap for cap in (settings.n_max, req.n_max, req.n_scheduled) if cap > 0)
+    """Most tokens to draft for this request: --spec-draft-n-max (--spec-draft-n-max-sampled at T > 0), or
+    the caller's or the scheduler's smaller cap."""
+    own = settings.n_max_sampled if req.temperature > 0 else settings.n_max
+    return min(cap for cap in (own, req.n_max, req.n_scheduled) if cap > 0)
 
 
 def pick_tokens(logits: torch.Tensor, requests: list[DraftRequest], settings: SimpleNamespace,

@@ -69,9 +69,9 @@ class DraftSimple(Proposer):
         return run_chain(requests, first, self._step, self.settings, self.target_vocab)
 
     def _one_call(self) -> bool:
-        """Whether the whole chain can run as one native call: no probability cut, the same vocabulary,
-        and RoPE tables indexed by position."""
-        model, settings = self.model, self.settings
+        """Whether the whole chain can run as one native call: the same vocabulary, and RoPE tables
+        indexed by position."""
+        model = self.model
         return (model.native is not None and self.draft_vocab == self.target_vocab
                 and model.rope.rope_type != "dynamic")
 

@@ -181,7 +181,7 @@ class HiddenChainProposer(Proposer):
         return run_chain(requests, first, self.head_step, self.settings, self.target_vocab, self.id_map)
 
     def _one_call(self) -> bool:
-        """Whether the chain can run as one native call: no probability cut, RoPE tables indexed by position."""
+        """Whether the chain can run as one native call: RoPE tables indexed by position."""
         return (self.head.native is not None and self.head.rope.rope_type != "dynamic")
 
     def _chain_call(self, batch: StepBatch, hidden: torch.Tensor, n_more: int, pick) -> torch.Tensor:
