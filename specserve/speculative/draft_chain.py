@@ -102,20 +102,22 @@ class ChainPick:
     top-10 candidates and q the kernel writes; and with --spec-draft-p-min each step's top-1 probability."""
 
     def __init__(self, requests: list[DraftRequest], caps: list[int], vocab_size: int, sample: bool, p_min: float):
-        n_steps, k = max(caps), min(TOP_K, vocab_size)
+        # numpy buffers: right after a forward each small torch operation costs several µs more than numpy's
+        n_slots, n_steps, k = len(requests), max(caps), min(TOP_K, vocab_size)
         self.vocab_size = vocab_size
         self.sampled = [sample and r.temperature > 0 for r in requests]
-        self.temperature = torch.tensor([r.temperature if on else 0.0 for r, on in zip(requests, self.sampled)])
-        self.uniforms = torch.zeros(len(requests), n_steps, dtype=torch.float64)
+        self.temperature = np.array([r.temperature if on else 0.0 for r, on in zip(requests, self.sampled)],
+                                    dtype=np.float32)
+        self.uniforms = np.zeros((n_slots, n_steps))
         for i, (req, cap) in enumerate(zip(requests, caps)):
             if self.sampled[i]:
-                self.uniforms[i, :cap] = torch.rand(cap, generator=req.generator, dtype=torch.float64)
-        self.ids = torch.zeros(len(requests), n_steps, k, dtype=torch.int64)
-        self.q = torch.zeros(len(requests), n_steps, k)
+                self.uniforms[i, :cap] = torch.rand(cap, generator=req.generator, dtype=torch.float64).numpy()
+        self.ids = np.zeros((n_slots, n_steps, k), dtype=np.int64)
+        self.q = np.zeros((n_slots, n_steps, k), dtype=np.float32)
         self.p_min = p_min
-        self.top_prob = np.zeros((len(requests), n_steps), dtype=np.float32)
-        self.struct = capi.ChainPick(k, n_steps, self.temperature.data_ptr(), self.uniforms.data_ptr(),
-                                     self.ids.data_ptr(), self.q.data_ptr(), p_min, self.top_prob.ctypes.data)
+        self.top_prob = np.zeros((n_slots, n_steps), dtype=np.float32)
+        self.struct = capi.ChainPick(k, n_steps, self.temperature.ctypes.data, self.uniforms.ctypes.data,
+                                     self.ids.ctypes.data, self.q.ctypes.data, p_min, self.top_prob.ctypes.data)
         self.ref = ctypes.byref(self.struct)
 
     @staticmethod
@@ -133,7 +135,9 @@ class ChainPick:
         """Slot i's q [n, V] for its first n drafts, or None for a greedy slot."""
         if not self.sampled[i]:
             return None
-        return torch.zeros(n, self.vocab_size).scatter_(1, self.ids[i, :n], self.q[i, :n])
+        q = torch.zeros(n, self.vocab_size)
+        q.numpy()[np.arange(n)[:, None], self.ids[i, :n]] = self.q[i, :n]
+        return q
 
 
 def one_call_chain(requests: list[DraftRequest], first: list[ChainRows], step: StepFn, settings: SimpleNamespace,
