@@ -39,7 +39,8 @@ def build(config: str, n_parallel: int) -> LLM:
     target = {"quant": "q8"} if "t" in flags else {}
     if spec == "none":
         return LLM(BUNDLED_MODEL, n_parallel=n_parallel, **target)
-    options = served_options(spec)
+    drafter = shipped_drafters().get(spec)
+    options = served_options(spec) if drafter else {}
     if quant:
         options["quant_draft"] = None if quant == "none" else quant
     if n_max:
@@ -53,7 +54,7 @@ def build(config: str, n_parallel: int) -> LLM:
     for item in filter(None, extra.split(",")):     # NAME=VALUE: any other engine option
         name, value = item.split("=", 1)
         options[name] = type(options[name])(value) if name in options else _number(value)
-    return LLM(BUNDLED_MODEL, draft_model=shipped_drafters()[spec][0], spec_type=spec, n_parallel=n_parallel,
+    return LLM(BUNDLED_MODEL, draft_model=drafter[0] if drafter else None, spec_type=spec, n_parallel=n_parallel,
                **options, **target)
 
 

@@ -152,7 +152,7 @@ def main() -> None:
     results, t_start, draft_lengths = [], time.perf_counter(), {}
     baseline: dict[tuple, dict] = {}
     for label, spec_type, folder, extra, config_temps in configs:
-        model_drafter = proposer_class(spec_type).model_drafter
+        model_drafter = spec_type != "none" and proposer_class(spec_type).model_drafter
         lengths = {"spec_draft_n_max": args.n_max}
         if model_drafter:
             lengths = {"spec_draft_n_max": args.draft_n_max} if args.draft_n_max else \
