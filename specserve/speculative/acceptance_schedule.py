@@ -47,8 +47,11 @@ The model's inputs are timings, and on a shared or throttled machine they drift:
 profiled once, at start-up. So what drafting actually achieves has the last word: the seconds per
 emitted token of steady drafting steps and of steps without drafting are kept per slot count
 (decayed), and while both are recent (the last REALIZED_RECENT decisions) the yes-or-no follows
-them instead of the model. A "no" from them goes stale as the drafting record ages: the model then
-decides again, and if it says yes, the next few drafting steps refresh the record. While it drafts
+them instead of the model. Once the drafting record is stale the model decides again, its expected
+speedup scaled by what the records achieved over it when last compared (a model that was too
+optimistic is not believed the next time either; the scale fades back to 1 by CALIBRATION_FORGET per
+decision, so a wrong "no" ends, and it also scales the exploring budget); if it says yes, the next few
+drafting steps refresh the record. While it drafts
 with no recent record of steps without drafting, REALIZED_MIN steps in PLAIN_EVERY do not, to make one
 (the model prices a plain step with the rest-of-a-step cost learnt from drafting steps, which is
 higher: left alone it drafted at 4 slots where drafting ran at 0.6-0.8x).
@@ -76,6 +79,7 @@ REALIZED_DECAY = 0.9 # weight kept by older steps in each arm's realized seconds
 REALIZED_MIN = 2     # ... which decide once each has this many steps ...
 REALIZED_RECENT = 128  # ... the last of them within this many decisions
 PLAIN_EVERY = 16     # while drafting with no recent record of steps without it, REALIZED_MIN steps in this many do not draft
+CALIBRATION_FORGET = 1 / 1024  # share of the gap between the realized-over-model ratio and 1 forgotten per decision
 
 
 class AcceptanceScheduler:
@@ -116,6 +120,8 @@ class AcceptanceScheduler:
         self.realized: dict[tuple[int, bool], list] = {}
         self.step_arm: tuple[int, bool] | None = None       # this step's (slots, drafted), None: not counted
         self.plain_check_at = -REALIZED_MIN                  # decision number where the last plain check began
+        self.model_speedup = 1.0                             # the model's expected speedup at the last decision
+        self.calibration: dict[int, tuple] = {}              # slots -> (realized over model speedup, decision)
 
     def rate(self, slot: int) -> float:
         """P(a draft token is accepted | the tokens before it were), the same at every position:
@@ -168,7 +174,8 @@ class AcceptanceScheduler:
         if self.exploring:
             plain = 1.0 / self.cost_table.steps_per_second(base_rows) + self.other_seconds
             cost = draft_seconds if with_prompt else max(0.0, seconds - plain)
-            budget = EXPLORE_SHARE * min(self.upside, 1.0)
+            # (an upside the realized records did not bear out buys proportionally less exploring)
+            budget = EXPLORE_SHARE * min(self.upside, 1.0) * self.calibration_ratio(self.decided_for[0])
             self.explore_ready_at = self.elapsed + cost / budget if budget > 0 else float("inf")
             self.exploring = False
 
@@ -223,9 +230,7 @@ class AcceptanceScheduler:
             self.decided_for = (len(slots), self.n_observed)
             was = self.last_decision
             self.last_decision = self._drafting_pays(slots, caps)
-            realized = self.realized_speedup(len(slots))
-            if realized is not None:
-                self.last_decision = realized > (KEEP_DRAFTING if was else 1.0)
+            self.last_decision = self._calibrated(len(slots), self.last_decision, KEEP_DRAFTING if was else 1.0)
             self.draft_length = self.paying_length
             if not self.last_decision:
                 if was is not False:            # drafting just stopped paying: explore after EXPLORE_EVERY steps
@@ -262,14 +267,36 @@ class AcceptanceScheduler:
             return None
         return (plain[0] / plain[1]) / (drafted[0] / drafted[1])
 
+    def _calibrated(self, n_slots: int, model_says: bool, threshold: float) -> bool:
+        """The draft-or-not answer: what recent drafting and plain steps achieved, while both are recent;
+        after that the model's expected speedup times what they achieved over it when last compared (a
+        model that promised 2x where drafting achieved 0.8x is not believed the next time either)."""
+        realized = self.realized_speedup(n_slots)
+        if realized is not None:
+            self.calibration[n_slots] = (min(max(realized / max(self.model_speedup, 1e-9), 0.1), 10.0), self.n_decisions)
+        if realized is not None:
+            return realized > threshold
+        if n_slots not in self.calibration:
+            return model_says
+        return self.model_speedup * self.calibration_ratio(n_slots) > threshold
+
+    def calibration_ratio(self, n_slots: int) -> float:
+        """Realized over expected speedup when last compared at this slot count, faded towards 1 by
+        CALIBRATION_FORGET per decision since (1 before any comparison)."""
+        ratio, at = self.calibration.get(n_slots, (1.0, self.n_decisions))
+        return 1.0 - (1.0 - ratio) * (1.0 - CALIBRATION_FORGET) ** (self.n_decisions - at)
+
     def _drafting_pays(self, slots: list[int], caps: list[int]) -> bool:
         """Whether drafting is expected to pay at the slots' (optimistic) rates; also prices what it
         would bring in a run of well predicted text (GOOD_RATE), which sets the exploring budget."""
         rates = [self.optimistic_rate(s) for s in slots]
         # the draft length where drafting pays best: a shorter draft brings fewer tokens and costs less
-        # to draft (draft_cost.py)
+        # to draft (draft_cost.py); after the first decision only the lengths next to the last best and
+        # the longest are weighed (the best moves a step at a time, and a decision every few steps that
+        # weighed them all cost a few per cent of a step)
         speedup, self.paying_length = max((self._speedup(rates, caps, length), length)
-                                          for length in self.candidate_lengths)
+                                          for length in self._lengths_to_weigh())
+        self.model_speedup = speedup
         good = [GOOD_RATE] * len(slots)
         best_good, self.upside_length = max((self._speedup(good, [self.n_positions] * len(slots), length), length)
                                             for length in {self.paying_length, self.n_positions})
@@ -277,6 +304,13 @@ class AcceptanceScheduler:
         # a little hysteresis: estimates from a few dozen observations are noisy, and each switch from not
         # drafting to drafting first catches the drafter up
         return speedup > (KEEP_DRAFTING if self.last_decision else 1.0)
+
+    def _lengths_to_weigh(self) -> list[int]:
+        lengths = self.candidate_lengths
+        if self.last_decision is None:
+            return lengths
+        at = lengths.index(self.paying_length) if self.paying_length in lengths else len(lengths) - 1
+        return sorted({*lengths[max(0, at - 1):at + 2], lengths[-1]})
 
     def _speedup(self, rates: list[float], caps: list[int], length: int) -> float:
         """Expected tokens per second of a step that drafts `length` tokens (and verifies what `lengths`

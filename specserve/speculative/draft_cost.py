@@ -26,8 +26,10 @@ class DraftCost:
         self.steady: dict[tuple[int, int], float] = {}      # (slots, length) -> running mean of steady calls
         self.unsteady: dict[tuple[int, int], float] = {}    # ... the fastest catch-up call, until one is steady
         self.most_slots = 0                                 # the largest slot count with a steady call
+        self.estimates: dict[tuple[int, int], float] = {}   # seconds() answers since the last note()
 
     def note(self, seconds: float, n_slots: int, length: int, steady: bool) -> None:
+        self.estimates.clear()
         key = (n_slots, length)
         if steady:
             known = self.steady.get(key, seconds)
@@ -38,7 +40,14 @@ class DraftCost:
             self.unsteady[key] = min(seconds, self.unsteady.get(key, seconds))
 
     def seconds(self, n_slots: int, length: int) -> float:
-        """Estimated draft call for n_slots slots and drafts of `length` tokens (0 before any was measured)."""
+        """Estimated draft call for n_slots slots and drafts of `length` tokens (0 before any was measured);
+        kept until the next measurement (a draft-or-not decision asks for every candidate length)."""
+        key = (n_slots, length)
+        if key not in self.estimates:
+            self.estimates[key] = self._estimate(n_slots, length)
+        return self.estimates[key]
+
+    def _estimate(self, n_slots: int, length: int) -> float:
         measured = {n for n, _ in self.steady}      # a count's catch-up calls stand in only until it has a steady one
         known = {**{k: t for k, t in self.unsteady.items() if k[0] not in measured}, **self.steady}
         counts = sorted({n for n, _ in known})
