@@ -273,8 +273,8 @@ class AcceptanceScheduler:
         model that promised 2x where drafting achieved 0.8x is not believed the next time either)."""
         realized = self.realized_speedup(n_slots)
         if realized is not None:
-            self.calibration[n_slots] = (min(max(realized / max(self.model_speedup, 1e-9), 0.1), 10.0), self.n_decisions)
-        if realized is not None:
+            ratio = min(max(realized / max(self.model_speedup, 1e-9), 0.1), 10.0)
+            self.calibration[n_slots] = (ratio, self.n_decisions)
             return realized > threshold
         if n_slots not in self.calibration:
             return model_says
