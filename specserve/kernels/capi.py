@@ -83,7 +83,7 @@ _SIGNATURES = {
     "ss_sampling_probs": (None, [c_void_p, c_int64, c_int64, c_int32, c_float, c_float, c_float, c_void_p]),
     "ss_sample": (None, [c_void_p, c_int64, c_int64, c_void_p, c_void_p]),
     "ss_verify_logits": (c_int64, [c_void_p, c_int64, c_int64, c_int32, c_float, c_float, c_float, c_void_p, c_void_p,
-                                   c_void_p, c_void_p]),
+                                   c_int32, c_void_p, c_void_p, c_void_p]),
     "ss_block_draft_forward": (c_int32, [POINTER(Model), POINTER(BlockDraft)]),
     "ss_head_draft_chain": (c_int32, [POINTER(Model), POINTER(HeadChain), c_int64, c_void_p, c_void_p]),
 }

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ctypes
 
+import numpy as np
 import torch
 
 from . import library
@@ -31,29 +32,37 @@ def sample(probs: torch.Tensor, generator: torch.Generator | None) -> torch.Tens
     return tokens
 
 
-def verify_logits(logits: torch.Tensor, draft: list[int], q_probs: torch.Tensor | None, top_k: int, top_p: float,
-                  min_p: float, temperature: float, generator: torch.Generator | None, first_row: int = 0) -> list[int]:
+def verify_logits(logits: torch.Tensor, draft: list[int], q_probs, top_k: int, top_p: float, min_p: float,
+                  temperature: float, generator: torch.Generator | None, first_row: int = 0,
+                  q_ids: np.ndarray | None = None) -> list[int]:
     """One slot's verification in one call, from its logits rows [first_row, first_row + k + 1) of [R, V]
-    (speculative/verify.py; read in place, not sliced): rejection
-    sampling with q_probs [>= k, V], sample and compare (which with no draft is plain sampling) without.
+    (speculative/verify.py; read in place, not sliced): rejection sampling with q_probs [>= k, V] (or, with
+    q_ids [>= k, W], each row's W candidates and q_probs [>= k, W] their probabilities, numpy), sample and
+    compare (which with no draft is plain sampling) without.
     Same k + 1 uniforms of the generator as `sample(sampling_probs(...))` and the rejection rule, but a
     row's distribution is worked out only when the drafts before it were accepted, and no tensor is made
     per call beyond the uniforms: right after a forward, each small tensor operation costs several µs."""
     k = len(draft)
     x = logits if logits.dtype == torch.float32 and logits.is_contiguous() else logits.float().contiguous()
     vocab = x.shape[-1]
-    q = None
-    if q_probs is not None:
+    q, q_ptr, ids_ptr, width = None, None, None, 0
+    if q_ids is not None:
+        q, ids = np.ascontiguousarray(q_probs[:k], dtype=np.float32), np.ascontiguousarray(q_ids[:k], dtype=np.int64)
+        fits = q.shape == ids.shape and q.shape[0] == k
+        q_ptr, ids_ptr, width = q.ctypes.data, ids.ctypes.data, q.shape[1]
+    elif q_probs is not None:
         q = q_probs[:k]
         q = q if q.dtype == torch.float32 and q.is_contiguous() else q.float().contiguous()
-    # the kernel reads k + 1 rows and q's k rows (it checks the draft tokens against the vocabulary itself)
-    if x.dim() != 2 or x.shape[0] < first_row + k + 1 or (q is not None and q.shape != (k, vocab)):
+        fits = tuple(q.shape) == (k, vocab)
+        q_ptr = q.data_ptr()
+    # the kernel reads k + 1 rows and q's k rows (it checks the tokens against the vocabulary itself)
+    if x.dim() != 2 or x.shape[0] < first_row + k + 1 or (q is not None and not fits):
         raise ValueError(_misfit(draft, q_probs, logits))
     uniforms = torch.rand(k + 1, generator=generator, dtype=torch.float64)
     token = ctypes.c_int64()
     n = library().ss_verify_logits(x.data_ptr() + first_row * vocab * 4, k, vocab, top_k, top_p, min_p, temperature,
-                                   None if q is None else q.data_ptr(), (ctypes.c_int64 * max(k, 1))(*draft),
-                                   uniforms.data_ptr(), ctypes.byref(token))
+                                   q_ptr, ids_ptr, width, (ctypes.c_int64 * max(k, 1))(*draft), uniforms.data_ptr(),
+                                   ctypes.byref(token))
     if n < 0:
         raise ValueError(_misfit(draft, q_probs, logits))
     return draft[:n] + [token.value]

@@ -19,6 +19,7 @@ import torch
 from ..models.step_batch import StepBatch
 from ..models.transformer import ForwardOutput
 from ..option import Option
+from .candidate_q import CandidateQ
 from .draft_options import draft_settings
 
 
@@ -39,7 +40,8 @@ class DraftRequest:
 @dataclass
 class Draft:
     tokens: list[int]
-    q_probs: torch.Tensor | None = None       # [k, V]: the distributions the tokens were sampled from
+    # [k, V]: the distributions the tokens were sampled from (a chain's: a CandidateQ of their top-10)
+    q_probs: torch.Tensor | CandidateQ | None = None
     confidence: list[float] | None = None     # [k]: predicted acceptance per position (DSpark)
 
     def truncate(self, n: int) -> "Draft":

@@ -29,6 +29,7 @@ from ..kernels import capi
 from ..models.step_batch import StepBatch
 from ..sampling import draw_with_uniform
 from .base import Draft, DraftRequest
+from .candidate_q import CandidateQ
 
 TOP_K = 10
 # longest first-step segment per slot; longer catch-ups (a fresh prompt) are fed in chunks first
@@ -131,13 +132,11 @@ class ChainPick:
         below = np.flatnonzero(self.top_prob[i, :cap] < self.p_min)
         return int(below[0]) if below.size else cap
 
-    def q_rows(self, i: int, n: int) -> torch.Tensor | None:
-        """Slot i's q [n, V] for its first n drafts, or None for a greedy slot."""
+    def q_rows(self, i: int, n: int) -> CandidateQ | None:
+        """Slot i's q for its first n drafts (its top-10 candidates per row), or None for a greedy slot."""
         if not self.sampled[i]:
             return None
-        q = torch.zeros(n, self.vocab_size)
-        q.numpy()[np.arange(n)[:, None], self.ids[i, :n]] = self.q[i, :n]
-        return q
+        return CandidateQ(self.ids[i, :n], self.q[i, :n], self.vocab_size)
 
 
 def one_call_chain(requests: list[DraftRequest], first: list[ChainRows], step: StepFn, settings: SimpleNamespace,

@@ -112,11 +112,12 @@ void ss_sampling_probs(const float* logits, int64_t n_rows, int64_t vocab, int32
 // tokens[r]: a draw from row r of probs given uniforms[r] in [0, 1)
 void ss_sample(const float* probs, int64_t n_rows, int64_t vocab, const double* uniforms, int64_t* tokens);
 // one slot's verification from its logits rows [k + 1, vocab] (speculative/verify.py): rejection sampling
-// with q rows [k, vocab], or sample and compare with q null; returns the number accepted, *token the
-// target's token after them (-1: a draft token outside the vocabulary); uniforms [k + 1]
+// with q rows [k, vocab] (or, with q_ids [k, q_width], each row's q_width candidates and q [k, q_width]),
+// or sample and compare with q null; returns the number accepted, *token the target's token after them
+// (-1: a draft or candidate token outside the vocabulary); uniforms [k + 1]
 int64_t ss_verify_logits(const float* logits, int64_t k, int64_t vocab, int32_t top_k, float top_p, float min_p,
-                         float temperature, const float* q, const int64_t* draft, const double* uniforms,
-                         int64_t* token);
+                         float temperature, const float* q, const int64_t* q_ids, int32_t q_width,
+                         const int64_t* draft, const double* uniforms, int64_t* token);
 // A block drafter's whole draft (DFlash / DSpark): the context rows through fc and its norm, then
 // the block rows (embedded with m's embedding, the target's) through every layer, attending to the
 // context rows as key/value-only prefix rows; the final-normed block rows go to hidden_out. With
