@@ -253,7 +253,8 @@ def draft_length_words(record: dict) -> str:
     """The draft lengths a record ran with, in words (older records: one length for the block drafters)."""
     if "draft_lengths" not in record:
         return f"`--spec-draft-n-max` {record['n_max']} ({record['block_n_max']} for the block drafters)"
-    per = ", ".join(f"{t} {n}" + (f" ({s} at T > 0)" if s != n else "") for t, (n, s) in record["draft_lengths"].items())
+    per = ", ".join(f"{t} {n}" + (f" ({s} at T > 0)" if s != n else "")
+                    for t, (n, s) in record["draft_lengths"].items())
     return f"`--spec-draft-n-max` {per}" + (f", {record['n_max']} for the n-gram types" if per else "")
 
 

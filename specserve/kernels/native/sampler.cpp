@@ -149,7 +149,7 @@ void ss_sample(const float* probs, int64_t n_rows, int64_t vocab, const double* 
 // is zero everywhere) with u_k; with everything accepted the bonus is a draw from p_k with u_k. Without
 // q (sample and compare): y_n is the draw from p_n with u_n, accepted while y_n == d_n; the first y_n
 // that differs (or y_k) is the token. Returns the number accepted; *token the target's token after them;
-// -1 for a draft token outside the vocabulary.
+// -1 for a draft or candidate token outside the vocabulary.
 int64_t ss_verify_logits(const float* logits, int64_t k, int64_t vocab, int32_t top_k, float top_p, float min_p,
                          float temperature, const float* q, const int64_t* q_ids, int32_t q_width,
                          const int64_t* draft, const double* uniforms, int64_t* token) {
