@@ -53,16 +53,21 @@ def build(config: str, n_parallel: int) -> LLM:
         options["spec_schedule"] = True
     for item in filter(None, extra.split(",")):     # NAME=VALUE: any other engine option
         name, value = item.split("=", 1)
-        options[name] = type(options[name])(value) if name in options else _number(value)
+        options[name] = _value(value)
     return LLM(BUNDLED_MODEL, draft_model=drafter[0] if drafter else None, spec_type=spec, n_parallel=n_parallel,
                **options, **target)
 
 
-def _number(text: str):
-    try:
-        return int(text)
-    except ValueError:
-        return float(text)
+def _value(text: str):
+    """An option value as typed: true / false, an int, a float, else the text."""
+    if text.lower() in ("true", "false"):
+        return text.lower() == "true"
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return text
 
 
 def main() -> None:

@@ -119,7 +119,7 @@ def main() -> None:
     parser.add_argument("--n-max", type=int, default=3, help="--spec-draft-n-max for the n-gram types")
     parser.add_argument("--draft-n-max", type=int, default=None,
                         help="--spec-draft-n-max for the model drafters at every temperature (default: the lengths "
-                             "the shipped ones are served with, specserve.bundled.served_options)"),
+                             "the shipped ones are served with, specserve.bundled.served_options)")
     parser.add_argument("--sets", default="code,free-text")
     parser.add_argument("--temperatures", default="0,1")
     parser.add_argument("-t", "--threads", type=int, default=1,

@@ -51,9 +51,8 @@ them instead of the model. Once the drafting record is stale the model decides a
 speedup scaled by what the records achieved over it when last compared (a model that was too
 optimistic is not believed the next time either; the scale fades back to 1 by CALIBRATION_FORGET per
 decision, so a wrong "no" ends, and it also scales the exploring budget); if it says yes, the next few
-drafting steps refresh the record. While it drafts
-with no recent record of steps without drafting, REALIZED_MIN steps in PLAIN_EVERY do not, to make one
-(the model prices a plain step with the rest-of-a-step cost learnt from drafting steps, which is
+drafting steps refresh the record. While it drafts with no recent record of steps without drafting,
+REALIZED_MIN steps in PLAIN_EVERY do not, to make one (the model prices a plain step with the rest-of-a-step cost learnt from drafting steps, which is
 higher: left alone it drafted at 4 slots where drafting ran at 0.6-0.8x).
 """
 from __future__ import annotations
@@ -229,8 +228,8 @@ class AcceptanceScheduler:
         else:
             self.decided_for = (len(slots), self.n_observed)
             was = self.last_decision
-            self.last_decision = self._drafting_pays(slots, caps)
-            self.last_decision = self._calibrated(len(slots), self.last_decision, KEEP_DRAFTING if was else 1.0)
+            model_says = self._drafting_pays(slots, caps)
+            self.last_decision = self._calibrated(len(slots), model_says, KEEP_DRAFTING if was else 1.0)
             self.draft_length = self.paying_length
             if not self.last_decision:
                 if was is not False:            # drafting just stopped paying: explore after EXPLORE_EVERY steps

@@ -23,9 +23,6 @@ class CandidateQ:
     def shape(self) -> tuple[int, int]:
         return (self.ids.shape[0], self.vocab)
 
-    def __len__(self) -> int:
-        return self.ids.shape[0]
-
     def __getitem__(self, rows: slice) -> "CandidateQ":
         """The first rows (Draft.truncate): q_probs[:n]."""
         return CandidateQ(self.ids[rows], self.probs[rows], self.vocab)

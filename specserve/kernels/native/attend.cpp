@@ -13,11 +13,8 @@ namespace {
 
 // scores[j] = exp(scores[j] - max) for j < n; returns their sum (in blocks of 16, a fixed order)
 float softmax_numerators(float* scores, int64_t n) {
-    float mx = -INFINITY;
+    const float mx = row_max(scores, n);
 #ifdef SS_AVX512
-    __m512 vmax = _mm512_set1_ps(-INFINITY);     // (a maximum is exact in any order)
-    for (int64_t j = 0; j < n; j += 16) vmax = _mm512_max_ps(vmax, _mm512_mask_loadu_ps(vmax, tail_mask(n - j), scores + j));
-    mx = _mm512_reduce_max_ps(vmax);
     const __m512 vmx = _mm512_set1_ps(mx);
     __m512 acc = _mm512_setzero_ps();
     for (int64_t j = 0; j < n; j += 16) {
@@ -28,7 +25,6 @@ float softmax_numerators(float* scores, int64_t n) {
     }
     return _mm512_reduce_add_ps(acc);
 #else
-    for (int64_t j = 0; j < n; j++) mx = std::max(mx, scores[j]);
     float sum = 0.0f;
     for (int64_t j = 0; j < n; j++) {
         scores[j] = std::exp(scores[j] - mx);

@@ -38,6 +38,12 @@ bool chain_cut_everywhere(const ss_chain_pick* p, int64_t n_slots, int64_t step)
     return true;
 }
 
+void mark_unfed_drafts(int64_t* drafts, int64_t n_slots, int64_t n_more, int64_t stopped_at) {
+    if (stopped_at > n_more) return;          // every step ran
+    for (int64_t t = stopped_at - 1; t <= n_more; t++)
+        for (int64_t i = 0; i < n_slots; i++) drafts[i * (n_more + 1) + t] = -1;
+}
+
 int64_t pick_draft(const ss_chain_pick* p, int64_t slot, int64_t step, const float* logits, int64_t vocab,
                    const int64_t* id_map) {
     const bool sampled = p && p->temperature[slot] > 0.0f, cut_test = p && p->p_min > 0.0f;

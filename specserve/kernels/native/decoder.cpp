@@ -191,9 +191,7 @@ int32_t ss_model_draft_chain(const ss_model* m, const ss_step* first, int64_t n_
         for (int64_t i = 0; i < n_slots; i++)
             drafts[i * width + j] = ss::pick_draft(pick, i, j, logits.data() + i * m->vocab, m->vocab, nullptr);
     }
-    // stopped early (p_min cut every slot): the last pick and the steps not run were never fed
-    for (int64_t t = j <= n_more ? j - 1 : width; t < width; t++)
-        for (int64_t i = 0; i < n_slots; i++) drafts[i * width + t] = -1;
+    ss::mark_unfed_drafts(drafts, n_slots, n_more, j);
     return 0;
 }
 

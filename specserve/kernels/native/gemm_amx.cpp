@@ -135,17 +135,13 @@ void gemm_amx(const ss_weight& w, const void* x, int64_t m, int64_t ldx, const E
         const uint8_t* wb = base + block0 * bb + (q8 ? Q8_SUMS_BYTES : 0);
         tiles[c - 1](xb + r0 * row_bytes, row_bytes, wb, bb, steps, acc);
         const int64_t rows = std::min(AMX_ROWS, m - r0);
-        if (q8) {          // the int32 sums to floats exactly as the vpdpbusd tiles do (gemm_avx512.cpp)
-            for (int j = 0; j < c; j++) {
-                const __m512i offset = _mm512_slli_epi32(_mm512_loadu_si512(base + (block0 + j) * bb), 7);
+        if (q8)            // the int32 sums to floats exactly as the vpdpbusd tiles do
+            for (int j = 0; j < c; j++)
                 for (int64_t r = 0; r < rows; r++) {
                     float* a = acc + r * NR * NB + j * NB;
-                    const __m512i sums = _mm512_loadu_si512(a);
-                    _mm512_storeu_ps(a, _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(sums, offset)),
-                                                      _mm512_set1_ps(e.row_scales[r0 + r])));
+                    _mm512_storeu_ps(a, q8_sums_to_float(_mm512_loadu_si512(a), base + (block0 + j) * bb,
+                                                         e.row_scales[r0 + r]));
                 }
-            }
-        }
         for (int64_t r = 0; r < rows; r++) {
             const float* a = acc + r * NR * NB;
             if (e.mode == SS_OUT_SWIGLU) {

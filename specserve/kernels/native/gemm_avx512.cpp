@@ -122,13 +122,9 @@ void tile_q8(const void* xp, int64_t ldx, const uint8_t* wp, int64_t bb, int64_t
     }
     SS_ZERO_ACC()
 #pragma GCC unroll 4
-    for (int c = 0; c < C; c++) {
-        const __m512i offset = _mm512_slli_epi32(_mm512_loadu_si512(wp + c * bb), 7);     // 128 x column sums
+    for (int c = 0; c < C; c++)
 #pragma GCC unroll 4
-        for (int r = 0; r < R; r++)
-            acc[r][c] = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(sums[r][c], offset)),
-                                      _mm512_set1_ps(e.row_scales[r0 + r]));
-    }
+        for (int r = 0; r < R; r++) acc[r][c] = q8_sums_to_float(sums[r][c], wp + c * bb, e.row_scales[r0 + r]);
     finish_tile<R, C>(acc, e, r0, block0);
 }
 #endif

@@ -46,6 +46,13 @@ inline __m512 scaled(const Epilogue& e, __m512 v, int64_t block) {
     return v;
 }
 
+// a Q8 block's int32 sums of one row (rows stored as q + 128) to floats: less 128 x the column sums kept
+// at the block's head, times the row's scale; every Q8 kernel (vpdpbusd and AMX tiles) finishes so
+inline __m512 q8_sums_to_float(__m512i sums, const uint8_t* block, float row_scale) {
+    const __m512i offset = _mm512_slli_epi32(_mm512_loadu_si512(block), 7);
+    return _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(sums, offset)), _mm512_set1_ps(row_scale));
+}
+
 // STORE / ADD of one row's block (columns past n are left alone)
 inline void store_block(const Epilogue& e, int64_t row, int64_t block, __m512 v) {
     const int64_t col = block * NB;

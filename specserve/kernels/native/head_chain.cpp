@@ -97,8 +97,6 @@ extern "C" int32_t ss_head_draft_chain(const ss_model* m, const ss_head_chain* h
         std::swap(fed_hidden, next_hidden);
         for (int64_t i = 0; i < n_slots; i++) drafts[i * width + j] = picked[i];
     }
-    // stopped early (p_min cut every slot): the last pick and the steps not run were never fed
-    for (int64_t t = j <= n_more ? j - 1 : width; t < width; t++)
-        for (int64_t i = 0; i < n_slots; i++) drafts[i * width + t] = -1;
+    mark_unfed_drafts(drafts, n_slots, n_more, j);
     return 0;
 }

@@ -205,6 +205,9 @@ void embed_rows(const ss_model& m, const int64_t* tokens, int64_t n, float* x);
 void dense_softmax(const float* x, int64_t vocab, float temperature, float* probs);
 int64_t draw_row(const float* p, int64_t vocab, double u);
 bool chain_cut_everywhere(const ss_chain_pick* p, int64_t n_slots, int64_t step);   // p_min stops every slot
+// a chain that stopped before step `stopped_at` (p_min cut every slot): its last pick and the steps not
+// run were never fed, so their drafts [n_slots, 1 + n_more] become -1 (a drafter's cache never claims them)
+void mark_unfed_drafts(int64_t* drafts, int64_t n_slots, int64_t n_more, int64_t stopped_at);
 int64_t pick_draft(const ss_chain_pick* p, int64_t slot, int64_t step, const float* logits, int64_t vocab,
                    const int64_t* id_map);
 }

@@ -15,13 +15,10 @@ namespace ss {
 
 // probs = softmax(x / temperature) over the whole row (nothing filtered), vectorized
 void dense_softmax(const float* x, int64_t vocab, float temperature, float* probs) {
-    float best = -INFINITY;
+    const float best = row_max(x, vocab);
     double total = 0.0;
     int64_t i = 0;
 #ifdef SS_AVX512
-    __m512 vmax = _mm512_set1_ps(-INFINITY);      // (a maximum is exact in any order)
-    for (int64_t j = 0; j < vocab; j += 16) vmax = _mm512_max_ps(vmax, _mm512_mask_loadu_ps(vmax, tail_mask(vocab - j), x + j));
-    best = _mm512_reduce_max_ps(vmax);
     const __m512 vbest = _mm512_set1_ps(best), inv_t = _mm512_set1_ps(1.0f / temperature);
     __m512 acc = _mm512_setzero_ps();
     for (; i + 16 <= vocab; i += 16) {
@@ -30,8 +27,6 @@ void dense_softmax(const float* x, int64_t vocab, float temperature, float* prob
         acc = _mm512_add_ps(acc, e);
     }
     total = _mm512_reduce_add_ps(acc);
-#else
-    for (int64_t j = 0; j < vocab; j++) best = std::max(best, x[j]);
 #endif
     for (; i < vocab; i++) {
         probs[i] = std::exp((x[i] - best) / temperature);

@@ -2,6 +2,7 @@
 // Every kernel computes each output element with a fixed sequence of operations, so a row's
 // result never depends on how many other rows are in the call (batch invariance).
 #pragma once
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -78,6 +79,20 @@ inline __m512 silu512(__m512 x) {
 
 inline __mmask16 tail_mask(int64_t n) { return n >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << n) - 1u); }
 #endif
+
+// max of x[0..n) (-inf for n = 0): a maximum is exact in any order, so the vector one gives the same
+// value; the scalar loop is a chain of dependent compares (a sixth of a 16-row forward in attention)
+inline float row_max(const float* x, int64_t n) {
+#ifdef SS_AVX512
+    __m512 vmax = _mm512_set1_ps(-INFINITY);
+    for (int64_t j = 0; j < n; j += 16) vmax = _mm512_max_ps(vmax, _mm512_mask_loadu_ps(vmax, tail_mask(n - j), x + j));
+    return _mm512_reduce_max_ps(vmax);
+#else
+    float mx = -INFINITY;
+    for (int64_t j = 0; j < n; j++) mx = std::max(mx, x[j]);
+    return mx;
+#endif
+}
 
 // out[i] = float(bf16(x[i])) pairs packed for the bf16 dot products: x rows converted once per call.
 inline void to_bf16_row(const float* x, uint16_t* out, int64_t n, int64_t n_padded) {
