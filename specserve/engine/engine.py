@@ -60,6 +60,8 @@ class Engine:
         self.n_parallel = n_parallel
         self.cache = target.new_cache(n_parallel, self.ctx_size, cache_types)
         self.device = target.device
+        # StepBatch.build's device: None on the CPU, so it does not ask for every step
+        self.batch_device = None if self.device.type == "cpu" else self.device
         self.driver = driver if driver is not None else NullDriver(n_parallel)
         self.slots: list[Request | None] = [None] * n_parallel
         self.slot_chooser = SlotChooser(n_parallel, slot_prompt_similarity)
@@ -224,7 +226,7 @@ class Engine:
             rows.append((r.slot, ids, r.n_cached))
             n_rows += len(ids)
             budget -= len(ids)
-        return work, StepBatch.build(rows, outputs, device=self.device)
+        return work, StepBatch.build(rows, outputs, device=self.batch_device)
 
     def _commit(self, work: list[SlotWork], out) -> None:
         """Verify every slot that has output rows and keep what it emits; a failure ends that request alone."""

@@ -139,6 +139,10 @@ class BlockDrafter(nn.Module):
         self.packed_fc: PackedLinear | None = None
         self.quant: str | None = None
         self.target_ref: tuple = ()                           # (target,): the native draft call uses its packed lm_head
+        self._call: capi.BlockDraft | None = None             # the native call's struct, reused (_native_call)
+        self._call_attn_for: tuple = (None, None)
+        self._call_norm: torch.Tensor | None = None
+        self._heads: tuple | None = None                      # the heads' weights for the native call
 
     # ------------------------------------------------------------------ loading
     @classmethod
@@ -251,6 +255,7 @@ class BlockDrafter(nn.Module):
                 PackedLinear(self.shared.lm_head, None, self.quant)
             self.native.set_io(self.shared.embed, self.norm.weight, head)
             self.packed_fc = PackedLinear(self.fc.weight, None, self.quant)
+        self._call, self._heads = None, None        # taken from the weights again, as the layers were packed
         if self.serving is None and self.native is None:
             self.serving = [layer.serving_weights(cfg) for layer in self.layers]
         self._rope(max_ctx + self.config.block_size + 1)
@@ -342,28 +347,51 @@ class BlockDrafter(nn.Module):
         index = [row_slots, starts]
         if n_ctx:
             index += [np.ascontiguousarray(_numpy(a), dtype=np.int64) for a in (ctx_slots, ctx_positions)]
-        if self._rope(int(starts.max()) + nb).rope_type == "dynamic":     # per-row RoPE tables: rows given
+        rope = self._rope(int(starts.max()) + nb)
+        step = self._native_call(cache, keep)
+        if rope.rope_type == "dynamic":     # per-row RoPE tables: rows given
             row_slots_all, positions, key_len, rope_rows = self._explicit_rows(index, nb)
-            attn = attention_rows(self.rope, row_slots_all, positions, key_len, cache, keep, rope_rows)
-        else:
-            attn = attention_rows(self.rope, None, None, None, cache, keep)
+            step.attn = attention_rows(self.rope, row_slots_all, positions, key_len, cache, keep, rope_rows)
+            self._call_attn_for = (None, None)
         block_tokens = np.ascontiguousarray(_numpy(block_tokens), dtype=np.int64)
         hidden = torch.empty(n_slots, nb, self.cfg.hidden_size, dtype=torch.float32)
-        chunk_rows = np.array([rows for rows, _ in parts], dtype=np.int64)
         addresses = [a for _, chunk in parts for a in chunk]
         part_ptrs = (ctypes.c_void_p * max(1, len(addresses)))(*addresses)
+        chunk_rows = np.array([rows for rows, _ in parts], dtype=np.int64)
         keep += [index, block_tokens, chunk_rows, part_ptrs]
-        step = capi.BlockDraft(
-            n_ctx=n_ctx, n_chunks=len(parts), n_parts=len(parts[0][1]) if parts else 1,
-            ctx_chunk_rows=chunk_rows.ctypes.data, ctx_parts=ctypes.addressof(part_ptrs), fc=self.packed_fc.struct,
-            hidden_norm=float32_copy(self.hidden_norm.weight).data_ptr(), n_slots=n_slots, n_block=nb,
-            block_tokens=block_tokens.ctypes.data, slot=row_slots.ctypes.data, pos0=starts.ctypes.data,
-            ctx_slot=index[2].ctypes.data if n_ctx else None, ctx_pos=index[3].ctypes.data if n_ctx else None,
-            attn=attn, hidden_out=hidden.data_ptr())
-        if chain is not None:
+        step.n_ctx, step.n_chunks, step.n_parts = n_ctx, len(parts), len(parts[0][1]) if parts else 1
+        step.ctx_chunk_rows, step.ctx_parts = chunk_rows.ctypes.data, ctypes.addressof(part_ptrs)
+        step.n_slots, step.n_block, step.block_tokens = n_slots, nb, block_tokens.ctypes.data
+        step.slot, step.pos0, step.hidden_out = row_slots.ctypes.data, starts.ctypes.data, hidden.data_ptr()
+        step.ctx_slot, step.ctx_pos = (index[2].ctypes.data, index[3].ctypes.data) if n_ctx else (None, None)
+        if chain is None:
+            NativeChain.clear(step)
+        else:
             chain.fill(step, 0 if self.config.layout == ANCHOR_FIRST else 1)
         library().ss_block_draft_forward(self.native.model_ref, ctypes.byref(step))
         return hidden
+
+    def _native_call(self, cache: KVCache, keep: list) -> capi.BlockDraft:
+        """The native call's struct, reused: right after the target's forward every Python operation runs on
+        cold caches. Its weights are set once after new_cache (when the layers were packed), its attention
+        once per cache (RoPE tables indexed by position); the caller sets the rest."""
+        if self._call is None:
+            norm = float32_copy(self.hidden_norm.weight)
+            self._call = capi.BlockDraft(fc=self.packed_fc.struct, hidden_norm=norm.data_ptr())
+            self._call_norm = norm                             # what hidden_norm points into
+            self._call_attn_for = (None, None)
+        if self._call_attn_for[0] is not cache or self._call_attn_for[1] is not self.rope.cos:
+            self._call.attn = attention_rows(self.rope, None, None, None, cache, keep)
+            self._call_attn_for = (cache, self.rope.cos)      # what the struct points into, kept alive with it
+        return self._call
+
+    def _native_heads(self) -> tuple:
+        """(Markov (W1, W2^T) or None, confidence head weights or None) for the native call, taken once after
+        new_cache, like the packed layers."""
+        if self._heads is None:
+            self._heads = (None if self.markov_head is None else self.markov_head.native_weights(),
+                           None if self.confidence_head is None else self._confidence_weights())
+        return self._heads
 
     def _explicit_rows(self, index: list[np.ndarray], nb: int) -> tuple:
         """(row slots, positions, visible keys, per-row RoPE tables) of context rows then block rows, for
@@ -382,9 +410,9 @@ class BlockDrafter(nn.Module):
         logits [S, n, V] after the Markov bias, q [S, n, V] of the sampled slots or None, the confidence
         head's predictions [S, n] (numpy) when `confidence`, else None). Index arrays (slots, positions,
         block tokens, anchors) may be numpy arrays."""
-        chain = NativeChain(len(slots), n_draft, self.shared.lm_head.shape[0], anchors,
-                            self.markov_head if markov else None, temperatures, uniforms,
-                            self._confidence_weights() if confidence else None)
+        markov_weights, confidence_weights = self._native_heads()
+        chain = NativeChain(len(slots), n_draft, self.native.model.vocab, anchors, markov_weights if markov else None,
+                            temperatures, uniforms, confidence_weights if confidence else None)
         hidden = self._forward_native(cache, ctx_feats, ctx_slots, ctx_positions, slots, pos0, block_tokens, chain)
         return hidden, chain.tokens, chain.logits, chain.q, chain.confidence
 

@@ -14,7 +14,7 @@ from .rope import RotaryEmbedding
 from .step_batch import StepBatch
 from ..kernels import capi, library, use_native_kernels
 from ..kernels.packed import PackedLinear
-from .native_decoder import NativeLayers, causal_attention, commit_lengths
+from .native_decoder import NativeLayers, causal_attention, commit_lengths, refill_causal_attention
 from .transformer import ACTIVATIONS, ServingWeights, float32_copy, linear, rope_tables, serving_cache
 
 
@@ -67,6 +67,7 @@ class DraftHead(nn.Module):
             self.native = NativeLayers(self.decoder_layers(), self.config, self.quant)
             self.packed = {name: PackedLinear(w, b, self.quant) for name, (w, b) in self.head_linears().items()}
             self._chain = self._chain_struct()
+            self._chain_attn_for: tuple = (None, None)
         return cache
 
     def _chain_struct(self) -> capi.HeadChain:
@@ -94,7 +95,7 @@ class DraftHead(nn.Module):
         keep: list = []
         chain = self._chain
         chain.n_rows, chain.tokens, chain.hidden_in = batch.n_tokens, batch.tokens.data_ptr(), hidden.data_ptr()
-        chain.attn = causal_attention(self.rope, batch, cache, keep)
+        self._chain_attn_for = refill_causal_attention(chain, self._chain_attn_for, self.rope, batch, cache, keep)
         chain.n_out, chain.out_rows = batch.output_rows.shape[0], batch.output_rows.data_ptr()
         chain.id_map = 0 if id_map is None else id_map.data_ptr()
         drafts = torch.empty(batch.output_rows.shape[0], 1 + n_more, dtype=torch.int64)

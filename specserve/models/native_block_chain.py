@@ -19,7 +19,7 @@ class NativeChain:
     (the distributions drawn from) is filled too. With confidence_weights the confidence head's
     predictions [S, n] (numpy) are filled as well."""
 
-    def __init__(self, n_slots: int, n_draft: int, vocab: int, anchors: torch.Tensor, markov_head=None,
+    def __init__(self, n_slots: int, n_draft: int, vocab: int, anchors: torch.Tensor, markov_weights=None,
                  temperatures: torch.Tensor | None = None, uniforms: torch.Tensor | None = None,
                  confidence_weights: tuple | None = None):
         self.n_draft = n_draft
@@ -27,9 +27,8 @@ class NativeChain:
         self.logits = torch.empty(n_slots, n_draft, vocab, dtype=torch.float32)
         self.anchors = torch.from_numpy(np.ascontiguousarray(anchors, dtype=np.int64)) \
             if isinstance(anchors, np.ndarray) else anchors.to(torch.int64).contiguous()
-        self.w1 = self.w2t = None
-        if markov_head is not None:
-            self.w1, self.w2t = markov_head.native_weights()
+        # DSpark's Markov head: float32 W1 [V, r] and bfloat16 W2^T [r, V] (MarkovHead.native_weights)
+        self.w1, self.w2t = (None, None) if markov_weights is None else markov_weights
         self.temperatures = None if uniforms is None else temperatures.float().contiguous()
         self.uniforms = None if uniforms is None else uniforms.double().contiguous()
         self.q = None if uniforms is None else torch.empty(n_slots, n_draft, vocab, dtype=torch.float32)
@@ -44,7 +43,15 @@ class NativeChain:
         step.rank = 0 if self.w1 is None else self.w1.shape[1]
         step.anchors = self.anchors.data_ptr()
         step.temperature, step.uniforms, step.q = _ptr(self.temperatures), _ptr(self.uniforms), _ptr(self.q)
-        if self.confidence is not None:
+        if self.confidence is None:
+            step.conf_w = step.conf_per_token = step.confidence = None
+        else:
             w, per_token, bias = self.confidence_weights
             step.conf_w, step.conf_bias, step.confidence = w.ctypes.data, bias, self.confidence.ctypes.data
             step.conf_per_token = None if per_token is None else per_token.ctypes.data
+
+    @staticmethod
+    def clear(step: capi.BlockDraft) -> None:
+        """A call without drafting (a reused struct): the layers alone."""
+        step.logits = step.tokens = None
+        step.n_draft = 0

@@ -141,6 +141,24 @@ def causal_attention(rope: RotaryEmbedding, batch: StepBatch, cache: KVCache, ke
     return attention_rows(rope, batch.row_slots, batch.positions, None, cache, keep, rope_rows)
 
 
+def refill_causal_attention(owner, filled_for: tuple, rope: RotaryEmbedding, batch: StepBatch, cache: KVCache,
+                            keep: list) -> tuple:
+    """Set `owner.attn` (a reused C struct's attention) to causal_attention(batch) and return what its cache
+    and RoPE fields now point into; `filled_for` is what the last call returned. Those fields are set only
+    when the cache or the table changes: right after a forward every Python operation runs on cold caches."""
+    if rope.rope_type == "dynamic":
+        owner.attn = causal_attention(rope, batch, cache, keep)
+        return (None, None)
+    if filled_for[0] is not cache or filled_for[1] is not rope.cos:
+        owner.attn = attention_rows(rope, batch.row_slots, batch.positions, None, cache, keep)
+        filled_for = (cache, rope.cos)       # the struct points into both: kept alive with it
+    keep += [batch.row_slots, batch.positions]
+    attn = owner.attn
+    attn.row_slot, attn.row_pos = batch.row_slots.data_ptr(), batch.positions.data_ptr()
+    attn.rope_index = attn.row_pos
+    return filled_for
+
+
 def commit_lengths(batch: StepBatch, cache: KVCache) -> None:
     for seg in batch.segments:
         cache.lengths[seg.slot] = seg.pos0 + seg.n_rows
@@ -157,6 +175,9 @@ class NativeDecoder:
         self.hidden = cfg.hidden_size
         self.vocab = cfg.vocab_size
         self.lib = library()
+        self._struct = capi.Step()
+        self._attn_for = (None, None)
+        self._taps: dict = {}
 
     @property
     def head(self) -> PackedLinear:
@@ -184,19 +205,33 @@ class NativeDecoder:
         return drafts
 
     def _step(self, batch: StepBatch, cache: KVCache, taps, want_final_hidden: bool, keep: list):
-        """The C step struct of `batch` and the ForwardOutput its buffers fill; `keep` holds what it points into."""
-        n, hidden = batch.n_tokens, self.hidden
-        attn = causal_attention(self.model.rope, batch, cache, keep)
+        """The C step struct of `batch` and the ForwardOutput its buffers fill; `keep` holds what it points into.
+        One struct per decoder, refilled: right after a forward every Python operation runs on cold caches,
+        and the fields that change per step are few."""
+        n, hidden, step = batch.n_tokens, self.hidden, self._struct
+        self._attn_for = refill_causal_attention(step, self._attn_for, self.model.rope, batch, cache, keep)
         n_out = int(batch.output_rows.shape[0])
         logits = torch.empty(n_out, self.vocab, dtype=torch.float32) if n_out else None
         argmax = torch.empty(n_out, dtype=torch.int64) if n_out else None
         final = torch.empty(n, hidden, dtype=torch.float32) if want_final_hidden else None
-        tap_layers = sorted(taps)
-        tap_out = [torch.empty(n, hidden, dtype=torch.float32) for _ in tap_layers]
-        tap_ids = (ctypes.c_int32 * len(tap_layers))(*tap_layers)
-        tap_ptrs = (ctypes.c_void_p * len(tap_layers))(*[t.data_ptr() for t in tap_out])
-        keep += [tap_ids, tap_ptrs]
-        step = capi.Step(n, batch.tokens.data_ptr(), attn, len(tap_layers), ctypes.addressof(tap_ids),
-                         ctypes.addressof(tap_ptrs), n_out, batch.output_rows.data_ptr(), _ptr(logits), _ptr(argmax),
-                         _ptr(final))
-        return step, ForwardOutput(logits, dict(zip(tap_layers, tap_out)), final, argmax)
+        tap_out = {}
+        step.n_taps = len(taps)
+        if taps:
+            tap_layers, tap_ids = self._tap_layers(taps)
+            tap_rows = torch.empty(len(tap_layers), n, hidden, dtype=torch.float32).unbind(0)
+            tap_ptrs = (ctypes.c_void_p * len(tap_layers))(*[t.data_ptr() for t in tap_rows])
+            keep.append(tap_ptrs)
+            step.tap_layers, step.tap_out = ctypes.addressof(tap_ids), ctypes.addressof(tap_ptrs)
+            tap_out = dict(zip(tap_layers, tap_rows))
+        step.n_rows, step.tokens, step.n_out, step.out_rows = n, batch.tokens.data_ptr(), n_out, \
+            batch.output_rows.data_ptr()
+        step.logits, step.argmax, step.final_hidden = _ptr(logits), _ptr(argmax), _ptr(final)
+        return step, ForwardOutput(logits, tap_out, final, argmax)
+
+    def _tap_layers(self, taps) -> tuple[list[int], ctypes.Array]:
+        """(sorted layers, their C array), kept per distinct set of taps."""
+        key = tuple(taps)
+        if key not in self._taps:
+            layers = sorted(taps)
+            self._taps[key] = (layers, (ctypes.c_int32 * len(layers))(*layers))
+        return self._taps[key]

@@ -95,6 +95,7 @@ class DFlash(Proposer):
                      self.name, self.settings.n_max, config.max_drafts, config.layout)
         self.n_min, self.p_min = self.settings.n_min, self.settings.p_min
         self.mask_token_id = config.mask_token_id
+        self._mask_blocks: dict[tuple[int, int], np.ndarray] = {}
         self.drafter.quant = self.settings.quant_draft
         self.cache = self.drafter.new_cache(ctx.n_slots, ctx.max_ctx)
         self.slots = [_SlotContext() for _ in range(ctx.n_slots)]
@@ -221,7 +222,7 @@ class DFlash(Proposer):
         BlockChain)."""
         drafter = self.drafter
         anchors = np.array([r.id_last for r in reqs], dtype=np.int64)
-        block = np.full((len(reqs), drafter.block_rows_for(n_draft)), self.mask_token_id, dtype=np.int64)
+        block = self._mask_block(len(reqs), drafter.block_rows_for(n_draft))
         block[:, 0] = anchors
         pos0 = np.array([r.pos0 for r in reqs], dtype=np.int64)
         context, slots = self._context(chunks, drafter.native is not None), [r.slot for r in reqs]
@@ -229,12 +230,12 @@ class DFlash(Proposer):
         if any(sampling):
             temps = torch.tensor([r.temperature if s else 0.0 for r, s in zip(reqs, sampling)])
             uniforms = draft_uniforms([r.generator for r in reqs], sampling, n_draft)
-        markov = drafter.markov_head if self.uses_markov else None
         if drafter.native is not None:      # one native call: layers, lm_head and chain
             hidden, tokens, logits, q, confidence = drafter.draft_native(
-                self.cache, *context, slots, pos0, block, n_draft, anchors, markov is not None, temps, uniforms,
+                self.cache, *context, slots, pos0, block, n_draft, anchors, self.uses_markov, temps, uniforms,
                 self._wants_confidence())
             return hidden, BlockChain(tokens, logits, torch.from_numpy(anchors), q, confidence)
+        markov = drafter.markov_head if self.uses_markov else None
         device = drafter.device
         feats, ctx_slots, ctx_positions = (None if a is None else torch.as_tensor(a, device=device) for a in context)
         anchors, block, pos0 = (torch.from_numpy(a).to(device) for a in (anchors, block, pos0))
@@ -242,6 +243,15 @@ class DFlash(Proposer):
         temps = None if temps is None else temps.to(device)
         return hidden, run_block_chain(drafter.logits(drafter.draft_rows(hidden)[:, :n_draft]), anchors, markov,
                                        temps, uniforms)
+
+    def _mask_block(self, n_slots: int, n_rows: int) -> np.ndarray:
+        """[n_slots, n_rows] of the mask token, to put the anchors in: one array per shape, reused (the call
+        reads it, nothing keeps it), since every small operation right after the target's forward costs µs."""
+        block = self._mask_blocks.get((n_slots, n_rows))
+        if block is None:
+            block = self._mask_blocks[(n_slots, n_rows)] = np.full((n_slots, n_rows), self.mask_token_id,
+                                                                   dtype=np.int64)
+        return block
 
     def _samples(self, req: DraftRequest) -> bool:
         """Whether this slot's drafts are sampled (and carry q) rather than greedy."""

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import ctypes
 from dataclasses import dataclass
+from itertools import accumulate
 from types import SimpleNamespace
 from typing import Callable
 
@@ -100,26 +101,40 @@ def feed_long_catch_ups(first: list[ChainRows], step: StepFn) -> None:
 class ChainPick:
     """The picks of a one-call chain that are not plain argmaxes (kernels.h `ss_chain_pick`): per slot its
     temperature and uniforms (as many as the step loop would draw) for `--spec-draft-sample` slots, the
-    top-10 candidates and q the kernel writes; and with --spec-draft-p-min each step's top-1 probability."""
+    top-10 candidates and q the kernel writes; and with --spec-draft-p-min each step's top-1 probability.
+    Its buffers are reused from call to call (`for_call`): a chain's q is read by the verification of the
+    same step, before the next draft."""
 
-    def __init__(self, requests: list[DraftRequest], caps: list[int], vocab_size: int, sample: bool, p_min: float):
+    def __init__(self, n_slots: int, n_steps: int, vocab_size: int, p_min: float):
         # numpy buffers: right after a forward each small torch operation costs several µs more than numpy's
-        n_slots, n_steps, k = len(requests), max(caps), min(TOP_K, vocab_size)
-        self.vocab_size = vocab_size
-        self.sampled = [sample and r.temperature > 0 for r in requests]
-        self.temperature = np.array([r.temperature if on else 0.0 for r, on in zip(requests, self.sampled)],
-                                    dtype=np.float32)
+        k = min(TOP_K, vocab_size)
+        self.vocab_size, self.p_min = vocab_size, p_min
+        self.temperature = np.zeros(n_slots, dtype=np.float32)
         self.uniforms = np.zeros((n_slots, n_steps))
-        for i, (req, cap) in enumerate(zip(requests, caps)):
-            if self.sampled[i]:
-                self.uniforms[i, :cap] = torch.rand(cap, generator=req.generator, dtype=torch.float64).numpy()
         self.ids = np.zeros((n_slots, n_steps, k), dtype=np.int64)
         self.q = np.zeros((n_slots, n_steps, k), dtype=np.float32)
-        self.p_min = p_min
         self.top_prob = np.zeros((n_slots, n_steps), dtype=np.float32)
         self.struct = capi.ChainPick(k, n_steps, self.temperature.ctypes.data, self.uniforms.ctypes.data,
                                      self.ids.ctypes.data, self.q.ctypes.data, p_min, self.top_prob.ctypes.data)
         self.ref = ctypes.byref(self.struct)
+        self.sampled: list[bool] = []
+
+    @classmethod
+    def for_call(cls, pool: dict, requests: list[DraftRequest], caps: list[int], vocab_size: int, sample: bool,
+                 p_min: float) -> "ChainPick":
+        """The pool's ChainPick for this many slots and steps (made on first use), set for these requests."""
+        key = (len(requests), max(caps))
+        pick = pool.get(key)
+        if pick is None:
+            pick = pool[key] = cls(len(requests), max(caps), vocab_size, p_min)
+        pick.sampled = [sample and r.temperature > 0 for r in requests]
+        pick.top_prob.fill(0)           # steps the kernel does not run stay below any p_min
+        for i, (req, cap) in enumerate(zip(requests, caps)):
+            pick.temperature[i] = req.temperature if pick.sampled[i] else 0.0
+            pick.uniforms[i, cap:] = 0
+            if pick.sampled[i]:
+                pick.uniforms[i, :cap] = torch.rand(cap, generator=req.generator, dtype=torch.float64).numpy()
+        return pick
 
     @staticmethod
     def needed(requests: list[DraftRequest], settings: SimpleNamespace) -> bool:
@@ -140,7 +155,7 @@ class ChainPick:
 
 
 def one_call_chain(requests: list[DraftRequest], first: list[ChainRows], step: StepFn, settings: SimpleNamespace,
-                   chain: Callable, vocab_size: int) -> dict[int, Draft]:
+                   chain: Callable, vocab_size: int, picks: dict) -> dict[int, Draft]:
     """run_chain's drafts with every step in one native call: chain(batch, hidden, n_more, pick) -> target
     ids [S, 1 + n_more], the batch's output rows being each slot's last row; `pick` (a ChainPick, or None
     for argmaxes alone) samples the `--spec-draft-sample` slots and reports the probabilities that
@@ -150,10 +165,10 @@ def one_call_chain(requests: list[DraftRequest], first: list[ChainRows], step: S
     by_slot = {r.slot: r for r in requests}
     reqs = [by_slot[r.slot] for r in first]
     caps = [draft_cap(settings, r) for r in reqs]
-    pick = ChainPick(reqs, caps, vocab_size, settings.sample, settings.p_min) \
+    pick = ChainPick.for_call(picks, reqs, caps, vocab_size, settings.sample, settings.p_min) \
         if ChainPick.needed(reqs, settings) else None
-    batch = StepBatch.build([(r.slot, r.tokens, r.pos0) for r in first],
-                            (np.cumsum([r.tokens.shape[0] for r in first]) - 1).tolist())
+    last_rows = list(accumulate(r.tokens.shape[0] for r in first))
+    batch = StepBatch.build([(r.slot, r.tokens, r.pos0) for r in first], [n - 1 for n in last_rows])
     hidden = None if first[0].hidden is None else torch.cat([r.hidden for r in first])
     drafts = chain(batch, hidden, max(caps) - 1, pick).tolist()
     out = {}

@@ -31,6 +31,7 @@ class DraftSimple(Proposer):
             raise OptionError("--spec-type draft-simple needs a draft model: -md / --spec-draft-model DIR")
         target = ctx.target
         self.settings = draft_settings(ctx.options)
+        self.picks: dict = {}                # ChainPick buffers of the one-call chain, by shape
         self.model = CausalLM.from_pretrained(ctx.draft_model_dir, dtype=target.dtype, device=target.device)
         check_vocab_compatible(ctx.tokenizer, target.config.vocab_size, ctx.draft_model_dir,
                                self.model.config.vocab_size)
@@ -65,7 +66,8 @@ class DraftSimple(Proposer):
     def draft(self, requests: list[DraftRequest]) -> dict[int, Draft]:
         first = [self._catch_up_rows(req) for req in requests]
         if self._one_call():
-            return one_call_chain(requests, first, self._step, self.settings, self._chain_call, self.target_vocab)
+            return one_call_chain(requests, first, self._step, self.settings, self._chain_call, self.target_vocab,
+                                  self.picks)
         return run_chain(requests, first, self._step, self.settings, self.target_vocab)
 
     def _one_call(self) -> bool:

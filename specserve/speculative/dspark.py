@@ -33,6 +33,7 @@ class DSpark(DFlash):
         # with a scheduler, drafts carry the confidence head's predictions for it to use
         self.schedule = bool(opts.get("spec_dspark_schedule") or opts.get("spec_schedule"))
         has_head = self.drafter.confidence_head is not None
+        self.confidence_wanted = has_head and (self.p_min > 0 or self.schedule)
         if self.p_min > 0 and not has_head:
             raise OptionError(f"--spec-draft-p-min {self.p_min} needs a confidence head, and the DSpark draft "
                               f"{self.ctx.draft_model_dir} has none (set it to 0)")
@@ -41,7 +42,7 @@ class DSpark(DFlash):
                               f"{self.ctx.draft_model_dir} has none (--spec-schedule estimates from history)")
 
     def _wants_confidence(self) -> bool:
-        return self.drafter.confidence_head is not None and (self.p_min > 0 or self.schedule)
+        return self.confidence_wanted
 
     def _confidence(self, hidden: torch.Tensor, chain) -> np.ndarray | None:
         if not self._wants_confidence():

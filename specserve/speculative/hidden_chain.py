@@ -93,6 +93,7 @@ class HiddenChainProposer(Proposer):
     def __init__(self, ctx: ProposerContext):
         super().__init__(ctx)
         self.settings = draft_settings(ctx.options)
+        self.picks: dict = {}                # ChainPick buffers of the one-call chain, by shape
         self.slots = [SlotRows() for _ in range(ctx.n_slots)]
         self.deferred = DeferredBatches(ctx.n_slots, self._replay)
         self.target_vocab = ctx.target.config.vocab_size
@@ -177,7 +178,8 @@ class HiddenChainProposer(Proposer):
         if not first:
             return {}
         if self._one_call():
-            return one_call_chain(requests, first, self.head_step, self.settings, self._chain_call, self.target_vocab)
+            return one_call_chain(requests, first, self.head_step, self.settings, self._chain_call, self.target_vocab,
+                                  self.picks)
         return run_chain(requests, first, self.head_step, self.settings, self.target_vocab, self.id_map)
 
     def _one_call(self) -> bool:

@@ -54,13 +54,15 @@ inline void configure_tiles(uint64_t call) {
 // 5-7: weight blocks. One step consumes 64 bytes of each row: 32 bf16 values (dpbf16ps) or 64 int8
 // values (dpbusd: unsigned rows times signed weights, as vpdpbusd does). A weight block's data is the
 // tile layout either way ([k/2][16][2] bf16, [k/4][16][4] bytes), 1024 bytes per step.
+// STREAM: the weights are read once (one tile of rows): load them with the non-temporal hint, so a
+// decode step's pass over every weight evicts less of what the caller's code and data keep in cache.
 #define SS_AMX_DP(c, a, b)            \
     if constexpr (Q8)                 \
         _tile_dpbusd(c, a, b);        \
     else                              \
         _tile_dpbf16ps(c, a, b);
 
-template <int C, bool Q8>
+template <int C, bool Q8, bool STREAM>
 void amx_tile(const uint8_t* x, int64_t ldx, const uint8_t* w, int64_t bb, int64_t steps, void* acc) {
     _tile_zero(0);
     if (C > 1) _tile_zero(1);
@@ -69,18 +71,18 @@ void amx_tile(const uint8_t* x, int64_t ldx, const uint8_t* w, int64_t bb, int64
     for (int64_t s = 0; s < steps; s++) {
         const uint8_t* ws = w + s * 1024;
         _tile_loadd(4, x + s * 64, ldx);
-        _tile_loadd(5, ws, 64);
+        if constexpr (STREAM) _tile_stream_loadd(5, ws, 64); else _tile_loadd(5, ws, 64);
         SS_AMX_DP(0, 4, 5)
         if (C > 1) {
-            _tile_loadd(6, ws + bb, 64);
+            if constexpr (STREAM) _tile_stream_loadd(6, ws + bb, 64); else _tile_loadd(6, ws + bb, 64);
             SS_AMX_DP(1, 4, 6)
         }
         if (C > 2) {
-            _tile_loadd(7, ws + 2 * bb, 64);
+            if constexpr (STREAM) _tile_stream_loadd(7, ws + 2 * bb, 64); else _tile_loadd(7, ws + 2 * bb, 64);
             SS_AMX_DP(2, 4, 7)
         }
         if (C > 3) {
-            _tile_loadd(5, ws + 3 * bb, 64);
+            if constexpr (STREAM) _tile_stream_loadd(5, ws + 3 * bb, 64); else _tile_loadd(5, ws + 3 * bb, 64);
             SS_AMX_DP(3, 4, 5)
         }
     }
@@ -92,9 +94,11 @@ void amx_tile(const uint8_t* x, int64_t ldx, const uint8_t* w, int64_t bb, int64
 }
 
 typedef void (*AmxTileFn)(const uint8_t*, int64_t, const uint8_t*, int64_t, int64_t, void*);
-const AmxTileFn kAmxTiles[NR] = {amx_tile<1, false>, amx_tile<2, false>, amx_tile<3, false>, amx_tile<4, false>};
+const AmxTileFn kAmxTiles[NR] = {amx_tile<1, false, false>, amx_tile<2, false, false>, amx_tile<3, false, false>, amx_tile<4, false, false>};
+const AmxTileFn kAmxTilesStream[NR] = {amx_tile<1, false, true>, amx_tile<2, false, true>, amx_tile<3, false, true>, amx_tile<4, false, true>};
 #ifdef SS_AMX_INT8
-const AmxTileFn kAmxTilesQ8[NR] = {amx_tile<1, true>, amx_tile<2, true>, amx_tile<3, true>, amx_tile<4, true>};
+const AmxTileFn kAmxTilesQ8[NR] = {amx_tile<1, true, false>, amx_tile<2, true, false>, amx_tile<3, true, false>, amx_tile<4, true, false>};
+const AmxTileFn kAmxTilesQ8Stream[NR] = {amx_tile<1, true, true>, amx_tile<2, true, true>, amx_tile<3, true, true>, amx_tile<4, true, true>};
 #endif
 
 bool request_amx() {
@@ -120,10 +124,11 @@ void gemm_amx(const ss_weight& w, const void* x, int64_t m, int64_t ldx, const E
     const int64_t n_tiles = (n_blocks + NR - 1) / NR, m_tiles = (m + AMX_ROWS - 1) / AMX_ROWS;
     const auto* base = static_cast<const uint8_t*>(w.data);
     const auto* xb = static_cast<const uint8_t*>(x);
+    const bool stream = m_tiles == 1;
 #ifdef SS_AMX_INT8
-    const AmxTileFn* tiles = q8 ? kAmxTilesQ8 : kAmxTiles;
+    const AmxTileFn* tiles = q8 ? (stream ? kAmxTilesQ8Stream : kAmxTilesQ8) : (stream ? kAmxTilesStream : kAmxTiles);
 #else
-    const AmxTileFn* tiles = kAmxTiles;
+    const AmxTileFn* tiles = stream ? kAmxTilesStream : kAmxTiles;
 #endif
     const uint64_t call = g_call.fetch_add(1) + 1;
     parallel_for(n_tiles * m_tiles, [&](int64_t task) {
@@ -197,3 +202,4 @@ bool amx_matches_avx512() { return false; }
 #endif
 
 }  // namespace ss
+
