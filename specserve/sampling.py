@@ -15,6 +15,7 @@ import torch
 from . import kernels
 from .errors import InvalidRequestError
 from .kernels import sampling as native_sampling
+from .random_stream import RequestGenerator
 
 WHOLE_HISTORY = 1 << 30          # penalty_last_n for "every token" (llama.cpp's repeat_last_n = -1)
 
@@ -99,17 +100,15 @@ LLAMA_CPP_DEFAULTS = SamplingParams(max_tokens=None, temperature=0.8, top_k=40, 
                                     penalty_last_n=64)
 
 
-def make_generator(seed: int | None) -> tuple[torch.Generator, int]:
+def make_generator(seed: int | None) -> tuple[RequestGenerator, int]:
     if seed is None or seed < 0:
         seed = int.from_bytes(os.urandom(8), "little") & ((1 << 63) - 1)
-    gen = torch.Generator()
-    gen.manual_seed(seed)
-    return gen, seed
+    return RequestGenerator(seed), seed
 
 
 def on_native_kernels(t: torch.Tensor) -> bool:
     """Whether rows of t are sampled by the native kernels (CPU tensors, native kernel mode)."""
-    return t.device.type == "cpu" and kernels.requested() != "torch" and kernels.mode() == "native"
+    return t.is_cpu and kernels.mode() == "native"      # is_cpu: no device object made every step
 
 
 def target_probs(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:

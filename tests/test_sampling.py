@@ -1,6 +1,8 @@
 """The target's sampling distribution: top-k, top-p, min-p, temperature (llama.cpp order)."""
+import numpy as np
 import torch
 
+from specserve.random_stream import CHUNK, RequestGenerator, draw_uniforms
 from specserve.sampling import SamplingParams, make_generator, sample_rows, target_probs
 
 
@@ -47,6 +49,21 @@ def test_generators_are_reproducible():
     assert s1 == 42 and torch.equal(torch.rand(5, generator=g1), torch.rand(5, generator=g2))
     _, random_seed = make_generator(None)
     assert random_seed >= 0
+
+
+def test_buffered_uniforms_are_the_generators_own_stream():
+    """A request's uniforms come CHUNK at a time from its generator, yet are the numbers one torch.rand per use
+    gives, in order, across chunk boundaries and for draws longer than a chunk; a plain generator draws directly."""
+    sizes = [1, 3, 7, 2, CHUNK - 5, 9, 2 * CHUNK + 1, 4, 1]
+    gen, plain = RequestGenerator(11), torch.Generator().manual_seed(11)
+    for n in sizes:
+        got = gen.uniforms(n)
+        assert got.dtype == np.float64 and got.shape == (n,)
+        np.testing.assert_array_equal(got, torch.rand(n, generator=plain, dtype=torch.float64).numpy())
+    plain = torch.Generator().manual_seed(3)
+    expected = torch.rand(5, generator=torch.Generator().manual_seed(3), dtype=torch.float64).numpy()
+    np.testing.assert_array_equal(draw_uniforms(plain, 5), expected)
+    assert make_generator(5)[0].uniforms(4).tolist() == RequestGenerator(5).uniforms(4).tolist()
 
 
 def test_wide_vocabularies_match_the_reference_chain():

@@ -12,6 +12,7 @@ import numpy as np
 import torch
 
 from . import library
+from ..random_stream import draw_uniforms
 
 
 def sampling_probs(logits: torch.Tensor, top_k: int, top_p: float, min_p: float, temperature: float) -> torch.Tensor:
@@ -26,9 +27,9 @@ def sampling_probs(logits: torch.Tensor, top_k: int, top_p: float, min_p: float,
 def sample(probs: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
     """One token per row of probs [R, V], from uniforms drawn with the request's generator."""
     p = probs.float().contiguous()
-    uniforms = torch.rand(p.shape[0], generator=generator, dtype=torch.float64)
+    uniforms = draw_uniforms(generator, p.shape[0])
     tokens = torch.empty(p.shape[0], dtype=torch.int64)
-    library().ss_sample(p.data_ptr(), p.shape[0], p.shape[1], uniforms.data_ptr(), tokens.data_ptr())
+    library().ss_sample(p.data_ptr(), p.shape[0], p.shape[1], uniforms.ctypes.data, tokens.data_ptr())
     return tokens
 
 
@@ -58,10 +59,10 @@ def verify_logits(logits: torch.Tensor, draft: list[int], q_probs, top_k: int, t
     # the kernel reads k + 1 rows and q's k rows (it checks the tokens against the vocabulary itself)
     if x.dim() != 2 or x.shape[0] < first_row + k + 1 or (q is not None and not fits):
         raise ValueError(_misfit(draft, q_probs, logits))
-    uniforms = torch.rand(k + 1, generator=generator, dtype=torch.float64)
+    uniforms = draw_uniforms(generator, k + 1)
     token = ctypes.c_int64()
     n = library().ss_verify_logits(x.data_ptr() + first_row * vocab * 4, k, vocab, top_k, top_p, min_p, temperature,
-                                   q_ptr, ids_ptr, width, (ctypes.c_int64 * max(k, 1))(*draft), uniforms.data_ptr(),
+                                   q_ptr, ids_ptr, width, (ctypes.c_int64 * max(k, 1))(*draft), uniforms.ctypes.data,
                                    ctypes.byref(token))
     if n < 0:
         raise ValueError(_misfit(draft, q_probs, logits))

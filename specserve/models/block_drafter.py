@@ -18,7 +18,6 @@ The optional DSpark heads (Markov bias, confidence) are plain modules used by sp
 """
 from __future__ import annotations
 
-import ctypes
 import json
 import shutil
 from dataclasses import dataclass
@@ -37,32 +36,11 @@ from .kv_cache import KVCache
 from .loader import parse_dtype
 from .rope import RotaryEmbedding, apply_rope
 from .step_batch import KEY_BLOCK
-from ..kernels import capi, library, use_native_kernels
+from ..kernels import use_native_kernels
 from ..kernels.packed import PackedLinear
-from .native_decoder import NativeLayers, attention_rows
-from .native_block_chain import NativeChain
-from .transformer import (ACTIVATIONS, DecoderLayer, RMSNorm, ServingWeights, float32_copy, linear, new_embedding,
-                          rms_norm)
-
-
-def _numpy(index: "torch.Tensor | np.ndarray") -> np.ndarray:
-    """An index array as numpy (the native forward's callers pass either)."""
-    return index if isinstance(index, np.ndarray) else index.numpy()
-
-
-# A draft's new context rows for the native call, read where they are: per chunk of rows, its row count
-# and the address of each of its parts (one per tapped layer: float32, contiguous rows of H values).
-ContextParts = list[tuple[int, list[int]]]
-
-
-def _context_parts(ctx_feats: "torch.Tensor | ContextParts | None", keep: list) -> ContextParts:
-    if ctx_feats is None:
-        return []
-    if isinstance(ctx_feats, torch.Tensor):
-        feats = ctx_feats.float().contiguous()
-        keep.append(feats)
-        return [(feats.shape[0], [feats.data_ptr()])] if feats.shape[0] else []
-    return ctx_feats
+from .native_block_call import NativeBlockCall
+from .native_decoder import NativeLayers
+from .transformer import ACTIVATIONS, DecoderLayer, RMSNorm, ServingWeights, linear, new_embedding, rms_norm
 
 
 class MarkovHead(nn.Module):
@@ -139,10 +117,7 @@ class BlockDrafter(nn.Module):
         self.packed_fc: PackedLinear | None = None
         self.quant: str | None = None
         self.target_ref: tuple = ()                           # (target,): the native draft call uses its packed lm_head
-        self._call: capi.BlockDraft | None = None             # the native call's struct, reused (_native_call)
-        self._call_attn_for: tuple = (None, None)
-        self._call_norm: torch.Tensor | None = None
-        self._heads: tuple | None = None                      # the heads' weights for the native call
+        self._call: NativeBlockCall | None = None             # built at the first native call after new_cache
 
     # ------------------------------------------------------------------ loading
     @classmethod
@@ -219,14 +194,14 @@ class BlockDrafter(nn.Module):
         the Markov feature's part of it is a table over the vocabulary (W1 w_markov), and a draft's
         confidences are a matrix-vector product and a gather in numpy: as PyTorch operations right after
         the draft call they cost 240 µs a draft at one slot."""
-        w_hidden, per_token, bias = self._confidence_weights()
+        w_hidden, per_token, bias = self.confidence_weights()
         rows = hidden_rows if isinstance(hidden_rows, np.ndarray) else hidden_rows.detach().float().cpu().numpy()
         logits = rows @ w_hidden + bias
         if per_token is not None:
             logits += per_token[np.asarray(prev_tokens)]
         return 1.0 / (1.0 + np.exp(-logits))
 
-    def _confidence_weights(self) -> tuple:
+    def confidence_weights(self) -> tuple:
         """(w over the hidden row [H], per-token Markov term [V] or None, bias) as float32 numpy, converted
         once per weight version."""
         proj = self.confidence_head.proj
@@ -255,7 +230,7 @@ class BlockDrafter(nn.Module):
                 PackedLinear(self.shared.lm_head, None, self.quant)
             self.native.set_io(self.shared.embed, self.norm.weight, head)
             self.packed_fc = PackedLinear(self.fc.weight, None, self.quant)
-        self._call, self._heads = None, None        # taken from the weights again, as the layers were packed
+        self._call = None           # taken from the weights again, as the layers were packed
         if self.serving is None and self.native is None:
             self.serving = [layer.serving_weights(cfg) for layer in self.layers]
         self._rope(max_ctx + self.config.block_size + 1)
@@ -273,7 +248,8 @@ class BlockDrafter(nn.Module):
         as in the target's serving forward.
         """
         if self.native is not None:
-            return self._forward_native(cache, ctx_feats, ctx_slots, ctx_positions, slots, pos0, block_tokens)
+            return self._native_call().forward(cache, ctx_feats, ctx_slots, ctx_positions, slots, pos0,
+                                               block_tokens)
         cfg = self.cfg
         n_heads, n_kv, d = cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim
         group, eps, q_size, kv_size = n_heads // n_kv, cfg.rms_norm_eps, cfg.q_size, cfg.kv_size
@@ -331,90 +307,20 @@ class BlockDrafter(nn.Module):
             x = x + linear(self.act(gate) * up, w.down_w, w.down_b)
         return rms_norm(x, self.norm.weight, eps).view(n_slots, nb, -1)
 
-    def _forward_native(self, cache, ctx_feats, ctx_slots, ctx_positions, slots, pos0, block_tokens,
-                        chain: "NativeChain | None" = None) -> torch.Tensor:
-        """forward_cached in one native call (kernels/native/block_draft.cpp): context rows go in as
-        key/value-only prefix rows. With `chain`, the same call also runs the lm_head over the draft
-        rows and picks the drafts into it. ctx_feats: a tensor [C, m*H] or ContextParts (the rows read
-        where the target's forward wrote them). The kernel derives the rows' slots, positions and
-        visible keys from the index arrays (numpy or torch): small Python operations cost µs each."""
-        n_slots, nb = block_tokens.shape
-        keep: list = []
-        parts = _context_parts(ctx_feats, keep)
-        n_ctx = sum(rows for rows, _ in parts)
-        starts = np.ascontiguousarray(_numpy(pos0), dtype=np.int64)
-        row_slots = np.asarray(slots, dtype=np.int64)
-        index = [row_slots, starts]
-        if n_ctx:
-            index += [np.ascontiguousarray(_numpy(a), dtype=np.int64) for a in (ctx_slots, ctx_positions)]
-        rope = self._rope(int(starts.max()) + nb)
-        step = self._native_call(cache, keep)
-        if rope.rope_type == "dynamic":     # per-row RoPE tables: rows given
-            row_slots_all, positions, key_len, rope_rows = self._explicit_rows(index, nb)
-            step.attn = attention_rows(self.rope, row_slots_all, positions, key_len, cache, keep, rope_rows)
-            self._call_attn_for = (None, None)
-        block_tokens = np.ascontiguousarray(_numpy(block_tokens), dtype=np.int64)
-        hidden = torch.empty(n_slots, nb, self.cfg.hidden_size, dtype=torch.float32)
-        addresses = [a for _, chunk in parts for a in chunk]
-        part_ptrs = (ctypes.c_void_p * max(1, len(addresses)))(*addresses)
-        chunk_rows = np.array([rows for rows, _ in parts], dtype=np.int64)
-        keep += [index, block_tokens, chunk_rows, part_ptrs]
-        step.n_ctx, step.n_chunks, step.n_parts = n_ctx, len(parts), len(parts[0][1]) if parts else 1
-        step.ctx_chunk_rows, step.ctx_parts = chunk_rows.ctypes.data, ctypes.addressof(part_ptrs)
-        step.n_slots, step.n_block, step.block_tokens = n_slots, nb, block_tokens.ctypes.data
-        step.slot, step.pos0, step.hidden_out = row_slots.ctypes.data, starts.ctypes.data, hidden.data_ptr()
-        step.ctx_slot, step.ctx_pos = (index[2].ctypes.data, index[3].ctypes.data) if n_ctx else (None, None)
-        if chain is None:
-            NativeChain.clear(step)
-        else:
-            chain.fill(step, 0 if self.config.layout == ANCHOR_FIRST else 1)
-        library().ss_block_draft_forward(self.native.model_ref, ctypes.byref(step))
-        return hidden
-
-    def _native_call(self, cache: KVCache, keep: list) -> capi.BlockDraft:
-        """The native call's struct, reused: right after the target's forward every Python operation runs on
-        cold caches. Its weights are set once after new_cache (when the layers were packed), its attention
-        once per cache (RoPE tables indexed by position); the caller sets the rest."""
+    def _native_call(self) -> NativeBlockCall:
+        """The native call, made after new_cache packed the layers (it takes the heads' weights then too)."""
         if self._call is None:
-            norm = float32_copy(self.hidden_norm.weight)
-            self._call = capi.BlockDraft(fc=self.packed_fc.struct, hidden_norm=norm.data_ptr())
-            self._call_norm = norm                             # what hidden_norm points into
-            self._call_attn_for = (None, None)
-        if self._call_attn_for[0] is not cache or self._call_attn_for[1] is not self.rope.cos:
-            self._call.attn = attention_rows(self.rope, None, None, None, cache, keep)
-            self._call_attn_for = (cache, self.rope.cos)      # what the struct points into, kept alive with it
+            self._call = NativeBlockCall(self)
         return self._call
-
-    def _native_heads(self) -> tuple:
-        """(Markov (W1, W2^T) or None, confidence head weights or None) for the native call, taken once after
-        new_cache, like the packed layers."""
-        if self._heads is None:
-            self._heads = (None if self.markov_head is None else self.markov_head.native_weights(),
-                           None if self.confidence_head is None else self._confidence_weights())
-        return self._heads
-
-    def _explicit_rows(self, index: list[np.ndarray], nb: int) -> tuple:
-        """(row slots, positions, visible keys, per-row RoPE tables) of context rows then block rows, for
-        RoPE whose tables depend on the length (dynamic NTK), which the kernel cannot index by position."""
-        slots, starts = index[:2]
-        ctx_slots, ctx_positions = index[2:] if len(index) > 2 else (slots[:0], starts[:0])
-        positions = np.concatenate([ctx_positions, (starts[:, None] + np.arange(nb)).reshape(-1)])
-        row_slots = np.concatenate([ctx_slots, np.repeat(slots, nb)])
-        key_len = np.concatenate([np.zeros(len(ctx_slots), dtype=np.int64), np.repeat(starts + nb, nb)])
-        positions, row_slots, key_len = (torch.from_numpy(a) for a in (positions, row_slots, key_len))
-        return row_slots, positions, key_len, self._cos_sin(positions)
 
     def draft_native(self, cache, ctx_feats, ctx_slots, ctx_positions, slots, pos0, block_tokens, n_draft: int,
                      anchors: np.ndarray, markov: bool, temperatures=None, uniforms=None, confidence: bool = False):
         """The whole draft in one native call: (the block's final-normed rows [S, nb, H], tokens [S, n],
         logits [S, n, V] after the Markov bias, q [S, n, V] of the sampled slots or None, the confidence
-        head's predictions [S, n] (numpy) when `confidence`, else None). Index arrays (slots, positions,
-        block tokens, anchors) may be numpy arrays."""
-        markov_weights, confidence_weights = self._native_heads()
-        chain = NativeChain(len(slots), n_draft, self.native.model.vocab, anchors, markov_weights if markov else None,
-                            temperatures, uniforms, confidence_weights if confidence else None)
-        hidden = self._forward_native(cache, ctx_feats, ctx_slots, ctx_positions, slots, pos0, block_tokens, chain)
-        return hidden, chain.tokens, chain.logits, chain.q, chain.confidence
+        head's predictions [S, n] (numpy) when `confidence`, else None); all but q are overwritten by the next
+        draft of the same shape. Index arrays (slots, positions, block tokens, anchors) may be numpy arrays."""
+        return self._native_call().draft(cache, ctx_feats, ctx_slots, ctx_positions, slots, pos0, block_tokens,
+                                         n_draft, anchors, markov, temperatures, uniforms, confidence)
 
     # ------------------------------------------------------------------ training forward
     def forward_train(self, ctx_feats: torch.Tensor, anchors: torch.Tensor, block_tokens: torch.Tensor,

@@ -13,37 +13,41 @@ def _ptr(t: torch.Tensor | None):
 
 
 class NativeChain:
-    """Outputs tokens [S, n] and logits [S, n, V] (Markov-biased when a head is given) of one draft call.
+    """Outputs tokens [S, n] and logits [S, n, V] (Markov-biased when a head is given) of a draft call, in
+    buffers reused by every call of this shape (`set` before each).
 
     temperatures [S] and uniforms [S, n] (both or neither) make slots with T > 0 sample; their q [S, n, V]
-    (the distributions drawn from) is filled too. With confidence_weights the confidence head's
-    predictions [S, n] (numpy) are filled as well."""
+    (the distributions drawn from; a new tensor each call, since the verifier reads it later) is filled too.
+    With confidence weights the confidence head's predictions [S, n] (numpy) are filled as well."""
 
-    def __init__(self, n_slots: int, n_draft: int, vocab: int, anchors: torch.Tensor, markov_weights=None,
-                 temperatures: torch.Tensor | None = None, uniforms: torch.Tensor | None = None,
-                 confidence_weights: tuple | None = None):
-        self.n_draft = n_draft
+    def __init__(self, n_slots: int, n_draft: int, vocab: int):
+        self.n_slots, self.n_draft, self.vocab = n_slots, n_draft, vocab
         self.tokens = torch.empty(n_slots, n_draft, dtype=torch.int64)
         self.logits = torch.empty(n_slots, n_draft, vocab, dtype=torch.float32)
-        self.anchors = torch.from_numpy(np.ascontiguousarray(anchors, dtype=np.int64)) \
-            if isinstance(anchors, np.ndarray) else anchors.to(torch.int64).contiguous()
-        # DSpark's Markov head: float32 W1 [V, r] and bfloat16 W2^T [r, V] (MarkovHead.native_weights)
+        self.confidence = np.empty((n_slots, n_draft), dtype=np.float32)
+        self.anchors = np.empty(n_slots, dtype=np.int64)
+        self.w1 = self.w2t = self.temperatures = self.uniforms = self.q = self.confidence_weights = None
+
+    def set(self, anchors, markov_weights=None, temperatures: torch.Tensor | None = None,
+            uniforms: torch.Tensor | None = None, confidence_weights: tuple | None = None) -> None:
+        """The next call's inputs: anchors [S] (numpy or torch), DSpark's Markov head as float32 W1 [V, r]
+        and bfloat16 W2^T [r, V] (MarkovHead.native_weights) or None, the sampling inputs, and the
+        confidence head's (w over the draft row, per-token Markov term or None, bias), float32 numpy."""
+        self.anchors[:] = anchors if isinstance(anchors, np.ndarray) else anchors.cpu().numpy()
         self.w1, self.w2t = (None, None) if markov_weights is None else markov_weights
         self.temperatures = None if uniforms is None else temperatures.float().contiguous()
         self.uniforms = None if uniforms is None else uniforms.double().contiguous()
-        self.q = None if uniforms is None else torch.empty(n_slots, n_draft, vocab, dtype=torch.float32)
-        # DSpark's confidence head: (w over the draft row, per-token Markov term or None, bias), float32 numpy
+        self.q = None if uniforms is None else torch.empty(self.n_slots, self.n_draft, self.vocab)
         self.confidence_weights = confidence_weights
-        self.confidence = None if confidence_weights is None else np.empty((n_slots, n_draft), dtype=np.float32)
 
     def fill(self, step: capi.BlockDraft, first_draft_row: int) -> None:
         step.first_draft_row, step.n_draft = first_draft_row, self.n_draft
         step.logits, step.tokens = self.logits.data_ptr(), self.tokens.data_ptr()
         step.w2t, step.w1 = _ptr(self.w2t), _ptr(self.w1)
         step.rank = 0 if self.w1 is None else self.w1.shape[1]
-        step.anchors = self.anchors.data_ptr()
+        step.anchors = self.anchors.ctypes.data
         step.temperature, step.uniforms, step.q = _ptr(self.temperatures), _ptr(self.uniforms), _ptr(self.q)
-        if self.confidence is None:
+        if self.confidence_weights is None:
             step.conf_w = step.conf_per_token = step.confidence = None
         else:
             w, per_token, bias = self.confidence_weights

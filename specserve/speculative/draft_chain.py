@@ -28,6 +28,7 @@ import torch
 
 from ..kernels import capi
 from ..models.step_batch import StepBatch
+from ..random_stream import draw_uniforms
 from ..sampling import draw_with_uniform
 from .base import Draft, DraftRequest
 from .candidate_q import CandidateQ
@@ -76,7 +77,7 @@ def pick_tokens(logits: torch.Tensor, requests: list[DraftRequest], settings: Si
         for i, req in enumerate(requests):
             if req.temperature > 0:
                 q_top = torch.softmax(values[i] / req.temperature, dim=-1)
-                u = float(torch.rand(1, generator=req.generator, dtype=torch.float64))
+                u = float(draw_uniforms(req.generator, 1)[0])
                 chosen[i] = ids[i, draw_with_uniform(q_top, u)]
                 q_rows[i] = torch.zeros(vocab_size).index_copy_(0, ids[i], q_top)
     return chosen.tolist(), probs[:, 0].tolist(), q_rows
@@ -133,7 +134,7 @@ class ChainPick:
             pick.temperature[i] = req.temperature if pick.sampled[i] else 0.0
             pick.uniforms[i, cap:] = 0
             if pick.sampled[i]:
-                pick.uniforms[i, :cap] = torch.rand(cap, generator=req.generator, dtype=torch.float64).numpy()
+                pick.uniforms[i, :cap] = draw_uniforms(req.generator, cap)
         return pick
 
     @staticmethod
@@ -201,8 +202,7 @@ def run_chain(requests: list[DraftRequest], first: list[ChainRows], step: StepFn
         for i, (r, req) in enumerate(zip(rows, reqs)):
             if top_prob[i] < settings.p_min:
                 if q_rows[i] is not None:    # draw the uniforms of the steps not run, as the one-call chain does
-                    torch.rand(draft_cap(settings, req) - len(tokens[r.slot]) - 1, generator=req.generator,
-                               dtype=torch.float64)
+                    draw_uniforms(req.generator, draft_cap(settings, req) - len(tokens[r.slot]) - 1)
                 continue
             tokens[r.slot].append(chosen[i])
             if q_rows[i] is not None:

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from ..random_stream import draw_uniforms
 from ..sampling import draw_with_uniform
 
 
@@ -42,8 +43,7 @@ def draft_uniforms(generators: list[torch.Generator | None], sampling: list[bool
     """Per-slot uniforms [S, n] float64 for the draws (zero rows for greedy slots), or None if no slot samples."""
     if not any(sampling):
         return None
-    return torch.stack([torch.rand(n, generator=gen, dtype=torch.float64) if on else torch.zeros(n, dtype=torch.float64)
-                        for gen, on in zip(generators, sampling)])
+    return torch.from_numpy(np.stack([draw_uniforms(gen, n) if on else np.zeros(n) for gen, on in zip(generators, sampling)]))
 
 
 def run_block_chain(base_logits: torch.Tensor, anchors: torch.Tensor, markov_head=None,

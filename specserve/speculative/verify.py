@@ -17,6 +17,7 @@ from __future__ import annotations
 import torch
 
 from ..kernels import sampling as native_sampling
+from ..random_stream import draw_uniforms
 from ..sampling import SamplingParams, on_native_kernels, sample_rows, target_probs
 from .candidate_q import CandidateQ, dense_q
 
@@ -69,7 +70,7 @@ def verify_rejection(draft: list[int], probs: torch.Tensor, q_probs: torch.Tenso
     idx = torch.tensor(draft, dtype=torch.int64).unsqueeze(-1)
     p_tok = probs[:k].gather(-1, idx).squeeze(-1)
     q_tok = q_probs[:k].float().gather(-1, idx).squeeze(-1)
-    u = torch.rand(k, generator=generator, dtype=torch.float64)
+    u = torch.from_numpy(draw_uniforms(generator, k))
     accepted = (q_tok > 0) & (u * q_tok.double() <= p_tok.double())
     rejected = (~accepted).nonzero()
     n_acc = int(rejected[0]) if rejected.numel() else k
