@@ -176,10 +176,10 @@ class Engine:
         t_start = time.perf_counter()
         generating = [r for r in active if r.state == State.GENERATING]
         drafts = self._draft(generating)
-        work, batch = self._plan(active, drafts)
+        work, batch, prompt_slots = self._plan(active, drafts)
         out = self.target.forward_step(batch, self.cache, taps=self.driver.taps,
                                        want_final_hidden=self.driver.needs_final_hidden)
-        self.driver.process(TargetBatch(batch, out, {r.slot: r.state == State.PREFILL for r in active}))
+        self.driver.process(TargetBatch(batch, out, prompt_slots))
         self._commit(work, out)
         if generating:
             self.driver.step_done(time.perf_counter() - t_start, batch.n_tokens)
@@ -201,9 +201,10 @@ class Engine:
             self.slots[slot].draft_stats.n_draft_tokens += len(d.tokens)
         return drafts
 
-    def _plan(self, active: list[Request], drafts: dict[int, Draft]) -> tuple[list[SlotWork], StepBatch]:
-        """The step's rows: [id_last, drafts...] per generating slot, then prompt chunks within n_batch."""
-        work, rows, outputs, n_rows, budget = [], [], [], 0, self.n_batch
+    def _plan(self, active: list[Request], drafts: dict[int, Draft]) -> tuple[list[SlotWork], StepBatch, dict]:
+        """The step's rows: [id_last, drafts...] per generating slot, then prompt chunks within n_batch; and
+        {slot: True} for the slots whose rows are a prompt chunk."""
+        work, rows, outputs, n_rows, budget, prompt_slots = [], [], [], 0, self.n_batch, {}
         for r in active:
             if r.state != State.GENERATING:
                 continue
@@ -224,9 +225,10 @@ class Engine:
             if last_chunk:
                 outputs.append(n_rows + len(ids) - 1)
             rows.append((r.slot, ids, r.n_cached))
+            prompt_slots[r.slot] = True
             n_rows += len(ids)
             budget -= len(ids)
-        return work, StepBatch.build(rows, outputs, device=self.batch_device)
+        return work, StepBatch.build(rows, outputs, device=self.batch_device), prompt_slots
 
     def _commit(self, work: list[SlotWork], out) -> None:
         """Verify every slot that has output rows and keep what it emits; a failure ends that request alone."""

@@ -57,7 +57,7 @@ class TargetBatch:
     """What `process()` sees: the rows of one target forward and its outputs."""
     step: StepBatch
     out: ForwardOutput
-    is_prompt: dict[int, bool] = field(default_factory=dict)   # slot -> rows are a prompt chunk
+    is_prompt: dict[int, bool] = field(default_factory=dict)   # slot -> True: its rows are a prompt chunk
 
 
 @dataclass

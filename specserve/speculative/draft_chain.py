@@ -42,7 +42,7 @@ MAX_CATCH_UP_ROWS = 256
 class ChainRows:
     """The rows one slot feeds in the first draft step: catch-up rows, then the last sampled token."""
     slot: int
-    tokens: torch.Tensor                 # [n] int64 target token ids
+    tokens: "torch.Tensor | np.ndarray"  # [n] int64 target token ids
     pos0: int                            # position of tokens[0]
     hidden: torch.Tensor | None = None   # [n, H] input hidden rows (hidden-state drafters)
 
@@ -170,7 +170,8 @@ def one_call_chain(requests: list[DraftRequest], first: list[ChainRows], step: S
         if ChainPick.needed(reqs, settings) else None
     last_rows = list(accumulate(r.tokens.shape[0] for r in first))
     batch = StepBatch.build([(r.slot, r.tokens, r.pos0) for r in first], [n - 1 for n in last_rows])
-    hidden = None if first[0].hidden is None else torch.cat([r.hidden for r in first])
+    hidden = None if first[0].hidden is None else \
+        first[0].hidden if len(first) == 1 else torch.cat([r.hidden for r in first])
     drafts = chain(batch, hidden, max(caps) - 1, pick).tolist()
     out = {}
     for i, (r, cap, tokens) in enumerate(zip(first, caps, drafts)):

@@ -29,7 +29,7 @@ from .base import Draft, DraftRequest, Proposer, ProposerContext, TargetBatch
 from .deferred_batches import DeferredBatches, KeptBatch
 from .draft_chain import ChainRows, one_call_chain, run_chain
 from .draft_options import draft_settings
-from .row_range import RowRange
+from .row_range import RowRange, joined_rows
 
 log = logging.getLogger("specserve.speculative")
 
@@ -170,8 +170,8 @@ class HiddenChainProposer(Proposer):
             start = st.queue_pos0 if st.n_queued else st.pending_pos
             if start != min(st.fed, st.pending_pos) or not self.truncate_cache(req.slot, start):
                 continue
-            tokens = torch.from_numpy(np.concatenate(st.tokens + [np.array([req.id_last], dtype=np.int64)]))
-            hidden = self.project(torch.cat([h.rows()[0] for h in st.hidden + [st.pending]]))
+            tokens = np.concatenate(st.tokens + [np.array([req.id_last], dtype=np.int64)])
+            hidden = self.project(joined_rows(st.hidden + [st.pending]))
             first.append(ChainRows(req.slot, tokens, start, hidden))
             st.tokens, st.hidden, st.n_queued = [], [], 0
             st.fed = st.pending_pos + 1          # the seed row pairs the pending feature with id_last: final

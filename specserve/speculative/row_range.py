@@ -29,3 +29,15 @@ class RowRange:
     def part(self, first: int, n: int) -> "RowRange":
         """Rows [first, first + n) of this range."""
         return RowRange(self.tensors, self.start + first, n)
+
+
+def joined_rows(ranges: list[RowRange]) -> torch.Tensor:
+    """The first tensor's rows of every range, in order, as one [sum n, ...] tensor: a slice where they are
+    consecutive rows of one tensor (a drafter's queued rows and pending row usually are), else a copy."""
+    first = ranges[0]
+    t, end = first.tensors[0], first.start + first.n
+    for r in ranges[1:]:
+        if r.tensors[0] is not t or r.start != end:
+            return torch.cat([r.rows()[0] for r in ranges])
+        end += r.n
+    return t[first.start:end]
