@@ -67,6 +67,7 @@ class Engine:
         self.slot_chooser = SlotChooser(n_parallel, slot_prompt_similarity)
         self.waiting: collections.deque[Request] = collections.deque()
         self.lock = threading.Lock()
+        self.aborts_pending = False          # abort() flagged a request: the next step looks for it
         self.eos_ids = set(target.config.eos_token_ids)
         if tokenizer is not None and tokenizer.eos_token_id is not None and not self.eos_ids:
             self.eos_ids.add(tokenizer.eos_token_id)
@@ -102,6 +103,7 @@ class Engine:
             for req in list(self.waiting) + [r for r in self.slots if r is not None]:
                 if req.request_id == request_id:
                     req.abort_requested = True
+                    self.aborts_pending = True
 
     def has_work(self) -> bool:
         return bool(self.waiting) or any(r is not None for r in self.slots)
@@ -139,6 +141,7 @@ class Engine:
 
     def _handle_aborts(self) -> None:
         with self.lock:
+            self.aborts_pending = False
             aborted = [r for r in self.waiting if r.abort_requested]
             for r in aborted:
                 self.waiting.remove(r)
@@ -151,8 +154,11 @@ class Engine:
     # ------------------------------------------------------------------ step
     def step(self) -> bool:
         """Run one iteration; returns False when there was nothing to do."""
-        self._handle_aborts()
-        self._admit()
+        # (read without the lock: a request added or aborted meanwhile is seen by the next step)
+        if self.aborts_pending:
+            self._handle_aborts()
+        if self.waiting:
+            self._admit()
         active = [r for r in self.slots if r is not None]
         if not active:
             return False
