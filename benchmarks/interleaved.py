@@ -11,8 +11,10 @@ A configuration is SPEC[:QUANT[:N_MAX[:FLAGS[:OPTIONS]]]]: a spec type (`none` f
 drafter's --quant-draft (default: as the shipped drafter is served), --spec-draft-n-max (default: as
 served), and flags: `q` samples drafts (--spec-draft-sample; DFlash: --spec-dflash-sample sample),
 `s` adds --spec-schedule, `t` serves the target with --quant q8; and other engine options as
-NAME=VALUE pairs separated by commas (spec_draft_p_min=0.5). At T=0 it also says whether each
-configuration's tokens equal the first one's.
+NAME=VALUE pairs separated by commas (spec_draft_p_min=0.5). A configuration written REV@... runs under
+git revision REV of the code (benchmarks/revisions.py): `HEAD~1@draft-dspark draft-dspark` measures
+what the last commit did to DSpark. At T=0 it also says whether each configuration's tokens equal the
+first one's.
 
     .venv/bin/python benchmarks/interleaved.py none draft-mtp draft-mtp:int8 draft-dspark::6:s
         [-T 0] [-np 1] [-n 128] [--repeats 3] [--sets code,free-text] [--out runs/interleaved.json]
@@ -26,21 +28,24 @@ import time
 from pathlib import Path
 
 from specserve import LLM, SamplingParams, kernels
-from specserve.bundled import served_options, shipped_drafters
-from specserve.llm import BUNDLED_MODEL
 
 from prompt_sets import CODE_PROMPTS, TEXT_PROMPTS
+from revisions import load_revision
 
 PROMPT_SETS = {"code": CODE_PROMPTS, "free-text": TEXT_PROMPTS}
 
 
 def build(config: str, n_parallel: int) -> LLM:
+    """The engine of a configuration ([REV@]SPEC[:QUANT[:N_MAX[:FLAGS[:OPTIONS]]]], module docstring)."""
+    rev, _, config = config.rpartition("@")
+    code = load_revision(rev)
+    code.kernels.set_threads(1)
     spec, quant, n_max, flags, extra = (config.split(":") + ["", "", "", ""])[:5]
     target = {"quant": "q8"} if "t" in flags else {}
     if spec == "none":
-        return LLM(BUNDLED_MODEL, n_parallel=n_parallel, **target)
-    drafter = shipped_drafters().get(spec)
-    options = served_options(spec) if drafter else {}
+        return code.LLM(code.BUNDLED_MODEL, n_parallel=n_parallel, **target)
+    drafter = code.shipped_drafters().get(spec)
+    options = code.served_options(spec) if drafter else {}
     if quant:
         options["quant_draft"] = None if quant == "none" else quant
     if n_max:
@@ -54,8 +59,8 @@ def build(config: str, n_parallel: int) -> LLM:
     for item in filter(None, extra.split(",")):     # NAME=VALUE: any other engine option
         name, value = item.split("=", 1)
         options[name] = _value(value)
-    return LLM(BUNDLED_MODEL, draft_model=drafter[0] if drafter else None, spec_type=spec, n_parallel=n_parallel,
-               **options, **target)
+    return code.LLM(code.BUNDLED_MODEL, draft_model=drafter[0] if drafter else None, spec_type=spec,
+                    n_parallel=n_parallel, **options, **target)
 
 
 def _value(text: str):
