@@ -8,6 +8,7 @@ every row's result independent of the rest of the batch; the PyTorch path stays 
 from __future__ import annotations
 
 import ctypes
+import threading
 
 import torch
 import torch.nn.functional as F
@@ -175,8 +176,7 @@ class NativeDecoder:
         self.hidden = cfg.hidden_size
         self.vocab = cfg.vocab_size
         self.lib = library()
-        self._struct = capi.Step()
-        self._attn_for = (None, None)
+        self._per_thread = threading.local()           # .step (a reused capi.Step) and .attn_for per thread
         self._taps: dict = {}
 
     @property
@@ -206,10 +206,13 @@ class NativeDecoder:
 
     def _step(self, batch: StepBatch, cache: KVCache, taps, want_final_hidden: bool, keep: list):
         """The C step struct of `batch` and the ForwardOutput its buffers fill; `keep` holds what it points into.
-        One struct per decoder, refilled: right after a forward every Python operation runs on cold caches,
-        and the fields that change per step are few."""
-        n, hidden, step = batch.n_tokens, self.hidden, self._struct
-        self._attn_for = refill_causal_attention(step, self._attn_for, self.model.rope, batch, cache, keep)
+        One struct per decoder and thread, refilled: right after a forward every Python operation runs on cold
+        caches, and the fields that change per step are few."""
+        n, hidden, mine = batch.n_tokens, self.hidden, self._per_thread
+        if not hasattr(mine, "step"):
+            mine.step, mine.attn_for = capi.Step(), (None, None)
+        step = mine.step
+        mine.attn_for = refill_causal_attention(step, mine.attn_for, self.model.rope, batch, cache, keep)
         n_out = int(batch.output_rows.shape[0])
         logits = torch.empty(n_out, self.vocab, dtype=torch.float32) if n_out else None
         argmax = torch.empty(n_out, dtype=torch.int64) if n_out else None
