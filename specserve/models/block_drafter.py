@@ -230,7 +230,7 @@ class BlockDrafter(nn.Module):
                 PackedLinear(self.shared.lm_head, None, self.quant)
             self.native.set_io(self.shared.embed, self.norm.weight, head)
             self.packed_fc = PackedLinear(self.fc.weight, None, self.quant)
-        self._call = None           # taken from the weights again, as the layers were packed
+        self._call = None           # the native call takes the heads' weights again at its first use
         if self.serving is None and self.native is None:
             self.serving = [layer.serving_weights(cfg) for layer in self.layers]
         self._rope(max_ctx + self.config.block_size + 1)
