@@ -61,6 +61,11 @@ inline void configure_tiles(uint64_t call) {
         _tile_dpbusd(c, a, b);        \
     else                              \
         _tile_dpbf16ps(c, a, b);
+#define SS_AMX_LOAD_W(t, p)           \
+    if constexpr (STREAM)             \
+        _tile_stream_loadd(t, p, 64); \
+    else                              \
+        _tile_loadd(t, p, 64);
 
 template <int C, bool Q8, bool STREAM>
 void amx_tile(const uint8_t* x, int64_t ldx, const uint8_t* w, int64_t bb, int64_t steps, void* acc) {
@@ -71,18 +76,18 @@ void amx_tile(const uint8_t* x, int64_t ldx, const uint8_t* w, int64_t bb, int64
     for (int64_t s = 0; s < steps; s++) {
         const uint8_t* ws = w + s * 1024;
         _tile_loadd(4, x + s * 64, ldx);
-        if constexpr (STREAM) _tile_stream_loadd(5, ws, 64); else _tile_loadd(5, ws, 64);
+        SS_AMX_LOAD_W(5, ws)
         SS_AMX_DP(0, 4, 5)
         if (C > 1) {
-            if constexpr (STREAM) _tile_stream_loadd(6, ws + bb, 64); else _tile_loadd(6, ws + bb, 64);
+            SS_AMX_LOAD_W(6, ws + bb)
             SS_AMX_DP(1, 4, 6)
         }
         if (C > 2) {
-            if constexpr (STREAM) _tile_stream_loadd(7, ws + 2 * bb, 64); else _tile_loadd(7, ws + 2 * bb, 64);
+            SS_AMX_LOAD_W(7, ws + 2 * bb)
             SS_AMX_DP(2, 4, 7)
         }
         if (C > 3) {
-            if constexpr (STREAM) _tile_stream_loadd(5, ws + 3 * bb, 64); else _tile_loadd(5, ws + 3 * bb, 64);
+            SS_AMX_LOAD_W(5, ws + 3 * bb)
             SS_AMX_DP(3, 4, 5)
         }
     }
@@ -94,11 +99,13 @@ void amx_tile(const uint8_t* x, int64_t ldx, const uint8_t* w, int64_t bb, int64
 }
 
 typedef void (*AmxTileFn)(const uint8_t*, int64_t, const uint8_t*, int64_t, int64_t, void*);
-const AmxTileFn kAmxTiles[NR] = {amx_tile<1, false, false>, amx_tile<2, false, false>, amx_tile<3, false, false>, amx_tile<4, false, false>};
-const AmxTileFn kAmxTilesStream[NR] = {amx_tile<1, false, true>, amx_tile<2, false, true>, amx_tile<3, false, true>, amx_tile<4, false, true>};
+#define SS_AMX_TILES(Q8, STREAM) \
+    {amx_tile<1, Q8, STREAM>, amx_tile<2, Q8, STREAM>, amx_tile<3, Q8, STREAM>, amx_tile<4, Q8, STREAM>}
+const AmxTileFn kAmxTiles[NR] = SS_AMX_TILES(false, false);
+const AmxTileFn kAmxTilesStream[NR] = SS_AMX_TILES(false, true);
 #ifdef SS_AMX_INT8
-const AmxTileFn kAmxTilesQ8[NR] = {amx_tile<1, true, false>, amx_tile<2, true, false>, amx_tile<3, true, false>, amx_tile<4, true, false>};
-const AmxTileFn kAmxTilesQ8Stream[NR] = {amx_tile<1, true, true>, amx_tile<2, true, true>, amx_tile<3, true, true>, amx_tile<4, true, true>};
+const AmxTileFn kAmxTilesQ8[NR] = SS_AMX_TILES(true, false);
+const AmxTileFn kAmxTilesQ8Stream[NR] = SS_AMX_TILES(true, true);
 #endif
 
 bool request_amx() {
@@ -202,4 +209,3 @@ bool amx_matches_avx512() { return false; }
 #endif
 
 }  // namespace ss
-
