@@ -52,8 +52,9 @@ speedup scaled by what the records achieved over it when last compared (a model 
 optimistic is not believed the next time either; the scale fades back to 1 by CALIBRATION_FORGET per
 decision, so a wrong "no" ends, and it also scales the exploring budget); if it says yes, the next few
 drafting steps refresh the record. While it drafts with no recent record of steps without drafting,
-REALIZED_MIN steps in PLAIN_EVERY do not, to make one (the model prices a plain step with the rest-of-a-step cost learnt from drafting steps, which is
-higher: left alone it drafted at 4 slots where drafting ran at 0.6-0.8x).
+REALIZED_MIN steps in PLAIN_EVERY do not, to make one (the model prices a plain step with the
+rest-of-a-step cost learnt from drafting steps, which is higher: left alone it drafted at 4 slots where
+drafting ran at 0.6-0.8x).
 """
 from __future__ import annotations
 

@@ -58,6 +58,7 @@ class DFlash(Proposer):
     name = "draft-dflash"
     model_drafter = needs_draft_model = True
     uses_markov = False
+    confidence_wanted = False        # the draft call evaluates DSpark's confidence head (DFlash has none)
     options = [
         Option(("--spec-dflash-layout",), "spec_dflash_layout", str, "auto",
                "draft-dflash/draft-dspark: block layout: auto (from the checkpoint), bonus-anchor "
@@ -233,7 +234,7 @@ class DFlash(Proposer):
         if drafter.native is not None:      # one native call: layers, lm_head and chain
             hidden, tokens, logits, q, confidence = drafter.draft_native(
                 self.cache, *context, slots, pos0, block, n_draft, anchors, self.uses_markov, temps, uniforms,
-                self._wants_confidence())
+                self.confidence_wanted)
             return hidden, BlockChain(tokens, logits, torch.from_numpy(anchors), q, confidence)
         markov = drafter.markov_head if self.uses_markov else None
         device = drafter.device
@@ -260,10 +261,6 @@ class DFlash(Proposer):
         if self.sample_mode == "auto":
             return self.uses_markov
         return self.sample_mode == "sample"
-
-    def _wants_confidence(self) -> bool:
-        """Whether the draft call should evaluate DSpark's confidence head (DFlash has none)."""
-        return False
 
     def _confidence(self, hidden: torch.Tensor, chain) -> np.ndarray | None:
         """DFlash: the draft's top probability per position (temperature 1), used by p_min."""

@@ -41,11 +41,8 @@ class DSpark(DFlash):
             raise OptionError(f"--spec-dspark-schedule needs a confidence head, and the DSpark draft "
                               f"{self.ctx.draft_model_dir} has none (--spec-schedule estimates from history)")
 
-    def _wants_confidence(self) -> bool:
-        return self.confidence_wanted
-
     def _confidence(self, hidden: torch.Tensor, chain) -> np.ndarray | None:
-        if not self._wants_confidence():
+        if not self.confidence_wanted:
             return None
         if chain.confidence is not None:        # the native draft call evaluated the head
             return chain.confidence

@@ -43,7 +43,8 @@ def draft_uniforms(generators: list[torch.Generator | None], sampling: list[bool
     """Per-slot uniforms [S, n] float64 for the draws (zero rows for greedy slots), or None if no slot samples."""
     if not any(sampling):
         return None
-    return torch.from_numpy(np.stack([draw_uniforms(gen, n) if on else np.zeros(n) for gen, on in zip(generators, sampling)]))
+    rows = [draw_uniforms(gen, n) if on else np.zeros(n) for gen, on in zip(generators, sampling)]
+    return torch.from_numpy(np.stack(rows))
 
 
 def run_block_chain(base_logits: torch.Tensor, anchors: torch.Tensor, markov_head=None,
