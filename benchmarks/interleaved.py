@@ -11,7 +11,8 @@ A configuration is SPEC[:QUANT[:N_MAX[:FLAGS[:OPTIONS]]]]: a spec type (`none` f
 drafter's --quant-draft (default: as the shipped drafter is served), --spec-draft-n-max (default: as
 served), and flags: `q` samples drafts (--spec-draft-sample; DFlash: --spec-dflash-sample sample),
 `s` adds --spec-schedule, `t` serves the target with --quant q8; and other engine options as
-NAME=VALUE pairs separated by commas (spec_draft_p_min=0.5). A configuration written REV@... runs under
+NAME=VALUE pairs separated by commas (spec_draft_p_min=0.5; draft_model=DIR serves another drafter
+folder with the shipped one's settings, e.g. a retrained one against the shipped one). A configuration written REV@... runs under
 git revision REV of the code (benchmarks/revisions.py): `HEAD~1@draft-dspark draft-dspark` measures
 what the last commit did to DSpark. At T=0 it also says whether each configuration's tokens equal the
 first one's.
@@ -59,8 +60,9 @@ def build(config: str, n_parallel: int) -> LLM:
     for item in filter(None, extra.split(",")):     # NAME=VALUE: any other engine option
         name, value = item.split("=", 1)
         options[name] = _value(value)
-    return code.LLM(code.BUNDLED_MODEL, draft_model=drafter[0] if drafter else None, spec_type=spec,
-                    n_parallel=n_parallel, **options, **target)
+    draft_dir = options.pop("draft_model", drafter[0] if drafter else None)
+    return code.LLM(code.BUNDLED_MODEL, draft_model=draft_dir, spec_type=spec, n_parallel=n_parallel,
+                    **options, **target)
 
 
 def _value(text: str):
