@@ -41,14 +41,18 @@ class DraftSimple(Proposer):
         self.cache = self.model.new_cache(ctx.n_slots, ctx.max_ctx)
         # the tokens whose rows are in each slot's draft cache (valid up to cache.length(slot))
         self.seen = np.zeros((ctx.n_slots, self.cache.capacity + 1), dtype=np.int64)
+        self.agreed = [0] * ctx.n_slots      # per slot: cache rows known to equal the committed tokens
 
     def _catch_up_rows(self, req: DraftRequest) -> ChainRows:
-        seq = np.append(req.tokens, req.id_last)
-        n = min(self.cache.length(req.slot), len(seq) - 1)     # id_last is always fed: its row drafts d1
-        diff = np.flatnonzero(self.seen[req.slot, :n] != seq[:n])
-        common = int(diff[0]) if diff.size else n
-        self.cache.truncate(req.slot, common)
-        return ChainRows(req.slot, torch.from_numpy(seq[common:].copy()), common)
+        tokens, slot = req.tokens, req.slot
+        n = min(self.cache.length(slot), len(tokens))     # id_last is always fed: its row drafts d1
+        # rows below `agreed` hold committed tokens: only the rows after them (the last drafts) are compared
+        start = min(self.agreed[slot], n)
+        diff = np.flatnonzero(self.seen[slot, start:n] != tokens[start:n])
+        common = start + int(diff[0]) if diff.size else n
+        self.cache.truncate(slot, common)
+        self.agreed[slot] = len(tokens) + 1                # id_last, fed now, is committed by the verify
+        return ChainRows(slot, torch.from_numpy(np.append(tokens[common:], req.id_last)), common)
 
     def _step(self, batch: StepBatch, hidden):
         tokens = batch.tokens
@@ -89,6 +93,7 @@ class DraftSimple(Proposer):
 
     def release(self, slot: int) -> None:
         self.cache.clear(slot)
+        self.agreed[slot] = 0
 
     def max_draft(self) -> int:
         return self.settings.n_max
