@@ -62,7 +62,7 @@ class HeadChain(ctypes.Structure):
     _fields_ = [("n_rows", c_int64), ("tokens", c_void_p), ("hidden_in", c_void_p), ("attn", Attention),
                 ("n_out", c_int64), ("out_rows", c_void_p), ("embed_norm", c_void_p), ("hidden_norm", c_void_p),
                 ("proj", Weight), ("id_map", c_void_p), ("hidden_first", c_int32), ("zero_embed_at_pos0", c_int32),
-                ("residual_normed", c_int32), ("feed_normed", c_int32)]
+                ("residual_normed", c_int32), ("feed_normed", c_int32), ("fc", Weight)]
 
 
 _SIGNATURES = {

@@ -34,7 +34,8 @@ class DraftHead(nn.Module):
 
     def chain_parts(self) -> dict:
         """What the native draft chain reads besides the layers (kernels.h, ss_head_chain): the embedding,
-        final norm and lm_head name, the norms of the two input parts, proj's name (or None) and flags."""
+        final norm and lm_head name, the norms of the two input parts, proj's and fc's names (or None) and
+        flags."""
         raise NotImplementedError
 
     def head_linears(self) -> dict[str, tuple[torch.Tensor, torch.Tensor | None]]:
@@ -83,13 +84,21 @@ class DraftHead(nn.Module):
                                feed_normed=parts.get("feed_normed", False))
         if parts.get("proj"):
             chain.proj = self.packed[parts["proj"]].struct
+        self._chain_projects = bool(parts.get("fc"))
+        if self._chain_projects:
+            chain.fc = self.packed[parts["fc"]].struct
         return chain
+
+    def chain_projects(self) -> bool:
+        """Whether the native chain takes the target's features and applies fc itself."""
+        return self.native is not None and self._chain_projects
 
     def draft_chain(self, batch: StepBatch, hidden: torch.Tensor, cache: KVCache, n_more: int,
                     id_map: torch.Tensor | None = None, pick=None) -> torch.Tensor:
         """Drafts [S, 1 + n_more] (target ids through id_map) in one native call: `batch` with its input
         hidden rows (output rows: each slot's last row, in slot order), then n_more steps that feed each
-        slot's draft with its output hidden row; `pick` (a ChainPick; None: the argmax) picks the drafts.
+        slot's draft with its output hidden row (target features when `chain_projects()`); `pick` (a
+        ChainPick; None: the argmax) picks the drafts.
         The cache lengths include every fed row."""
         hidden = hidden.float().contiguous()
         keep: list = []

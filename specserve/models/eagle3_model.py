@@ -147,4 +147,6 @@ class Eagle3Draft(DraftHead):
         layer = self.layers[0]
         return {"embed": self.embedding_weight, "final_norm": self.norm.weight, "head": "lm_head",
                 "embed_norm": layer.input_layernorm.weight, "hidden_norm": layer.hidden_norm.weight,
-                "residual_normed": self.opts.norm_before_residual, "feed_normed": self.opts.norm_output}
+                "residual_normed": self.opts.norm_before_residual, "feed_normed": self.opts.norm_output,
+                # fc inside the chain when nothing normalises the features before it (else project() runs it)
+                "fc": "fc" if self.fc is not None and self.input_norm is None and self.fc_norm is None else None}

@@ -16,7 +16,8 @@ Bookkeeping per slot, as llama.cpp does it:
   * `draft()`: the queued rows plus the seed row (id_last, pending feature) are fed in the
     first step of the batched chain (draft_chain.run_chain); rows the draft cache already
     holds correctly are never fed twice, stale chain rows are truncated away.
-The features are stored as the target gives them and projected (EAGLE-3's fc) when a draft feeds them.
+The features are stored as the target gives them and projected (EAGLE-3's fc) when a draft feeds them,
+by the native chain itself where it runs as one call.
 """
 from __future__ import annotations
 
@@ -161,7 +162,8 @@ class HiddenChainProposer(Proposer):
         st.drop_from(st.pending_pos)
 
     def draft(self, requests: list[DraftRequest]) -> dict[int, Draft]:
-        first = []
+        first, one_call = [], self._one_call()
+        project = self.project if not (one_call and self.head.chain_projects()) else None   # else the chain does
         for req in requests:
             self.deferred.catch_up(req.slot)
             st = self.slots[req.slot]
@@ -171,13 +173,15 @@ class HiddenChainProposer(Proposer):
             if start != min(st.fed, st.pending_pos) or not self.truncate_cache(req.slot, start):
                 continue
             tokens = np.concatenate(st.tokens + [np.array([req.id_last], dtype=np.int64)])
-            hidden = self.project(joined_rows(st.hidden + [st.pending]))
+            hidden = joined_rows(st.hidden + [st.pending])
+            if project is not None:
+                hidden = project(hidden)
             first.append(ChainRows(req.slot, tokens, start, hidden))
             st.tokens, st.hidden, st.n_queued = [], [], 0
             st.fed = st.pending_pos + 1          # the seed row pairs the pending feature with id_last: final
         if not first:
             return {}
-        if self._one_call():
+        if one_call:
             return one_call_chain(requests, first, self.head_step, self.settings, self._chain_call, self.target_vocab,
                                   self.picks)
         return run_chain(requests, first, self.head_step, self.settings, self.target_vocab, self.id_map)

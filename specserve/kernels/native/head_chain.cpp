@@ -72,7 +72,13 @@ extern "C" int32_t ss_head_draft_chain(const ss_model* m, const ss_head_chain* h
     const int64_t n_slots = h->n_out, width = n_more + 1, hidden = m->hidden;
     std::vector<int64_t> picked(n_slots), slots(n_slots), pos(n_slots), fed(n_slots), out_rows(n_slots);
     std::vector<float> fed_hidden(n_slots * hidden), next_hidden(n_slots * hidden);
-    head_step(*m, *h, h->n_rows, h->tokens, h->hidden_in, h->attn, n_slots, h->out_rows, pick, 0, picked.data(),
+    const float* hidden_in = h->hidden_in;
+    if (h->fc.data) {           // one product here instead of a separate call from Python before the chain
+        static thread_local std::vector<float> projected;
+        hidden_in = grow(projected, h->n_rows * hidden);
+        gemm(h->fc, h->hidden_in, h->n_rows, h->fc.k, projected.data(), hidden, SS_OUT_STORE);
+    }
+    head_step(*m, *h, h->n_rows, h->tokens, hidden_in, h->attn, n_slots, h->out_rows, pick, 0, picked.data(),
               fed_hidden.data(), buffers);
     for (int64_t i = 0; i < n_slots; i++) {
         const int64_t r = h->out_rows[i];

@@ -186,6 +186,8 @@ struct ss_head_chain {
     ss_weight proj;               // data null: none
     const int64_t* id_map;        // [vocab] or null
     int32_t hidden_first, zero_embed_at_pos0, residual_normed, feed_normed;
+    ss_weight fc;                 // data null: none; else hidden_in holds [n_rows, fc.k] target features
+                                  // that fc projects to the first step's hidden rows (EAGLE-3)
 };
 int32_t ss_head_draft_chain(const ss_model* m, const ss_head_chain* h, int64_t n_more, const ss_chain_pick* pick,
                             int64_t* drafts);
