@@ -19,7 +19,7 @@ STDLIB_CODER_DRAFTERS = {
 # on a CPU with AMX, where 16 rows cost what one does, longer drafts pay at T=0 and short ones at T > 0,
 # where fewer drafts are accepted (measured with q8 drafts, docs/training.md "On a Xeon with AMX"):
 # spec type -> (--spec-draft-n-max, --spec-draft-n-max-sampled)
-AMX_N_MAX = {"draft-simple": (6, 2), "draft-eagle3": (6, 2), "draft-mtp": (10, 3), "draft-dflash": (6, 2),
+AMX_N_MAX = {"draft-simple": (6, 2), "draft-eagle3": (8, 2), "draft-mtp": (10, 3), "draft-dflash": (6, 2),
              "draft-dspark": (6, 3)}
 # without int8 dot products the chains take int8 weights, which halve the bytes each of their one-row
 # steps streams, and the block drafters bfloat16
