@@ -84,14 +84,13 @@ class DraftHead(nn.Module):
                                feed_normed=parts.get("feed_normed", False))
         if parts.get("proj"):
             chain.proj = self.packed[parts["proj"]].struct
-        self._chain_projects = bool(parts.get("fc"))
-        if self._chain_projects:
+        if parts.get("fc"):
             chain.fc = self.packed[parts["fc"]].struct
         return chain
 
     def chain_projects(self) -> bool:
         """Whether the native chain takes the target's features and applies fc itself."""
-        return self.native is not None and self._chain_projects
+        return self.native is not None and bool(self._chain.fc.data)
 
     def draft_chain(self, batch: StepBatch, hidden: torch.Tensor, cache: KVCache, n_more: int,
                     id_map: torch.Tensor | None = None, pick=None) -> torch.Tensor:
