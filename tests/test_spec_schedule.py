@@ -185,9 +185,9 @@ def test_an_exploring_step_spaces_the_next_by_what_it_cost():
     assert sched.upside > 0 and len(explored_at) >= 2
     assert np.all(np.diff(explored_at) >= 20 / (EXPLORE_SHARE * min(sched.upside, 1.0)) - 1)
     # a step with prompt rows (a new request's chunk) says nothing about the per-step cost
-    other = sched.other_seconds
+    other = list(sched.other)
     sched.note_step(1.0, 4, 4, 0.0, with_prompt=True)
-    assert sched.other_seconds == other
+    assert sched.other == other
 
 
 def test_the_draft_length_is_where_drafting_pays_best():

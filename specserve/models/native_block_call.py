@@ -101,7 +101,7 @@ class NativeBlockCall:
               anchors: np.ndarray, markov: bool, temperatures=None, uniforms=None, confidence: bool = False):
         """(the block's final-normed rows [S, nb, H], tokens [S, n], logits [S, n, V] after the Markov bias,
         q [S, n, V] of the sampled slots or None, the confidence head's predictions [S, n] (numpy) when
-        `confidence`, else None). All but q are buffers of this shape's next draft too."""
+        `confidence`, else None). All are buffers of this shape's next draft too."""
         n_slots, nb = block_tokens.shape
         chain = self.chains.get((n_slots, n_draft))
         if chain is None:

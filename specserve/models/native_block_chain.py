@@ -17,7 +17,7 @@ class NativeChain:
     buffers reused by every call of this shape (`set` before each).
 
     temperatures [S] and uniforms [S, n] (both or neither) make slots with T > 0 sample; their q [S, n, V]
-    (the distributions drawn from; a new tensor each call, since the verifier reads it later) is filled too.
+    (the distributions drawn from, which the verifier reads in the same engine step) is filled too.
     With confidence weights the confidence head's predictions [S, n] (numpy) are filled as well."""
 
     def __init__(self, n_slots: int, n_draft: int, vocab: int):
@@ -27,17 +27,24 @@ class NativeChain:
         self.confidence = np.empty((n_slots, n_draft), dtype=np.float32)
         self.anchors = np.empty(n_slots, dtype=np.int64)
         self.w1 = self.w2t = self.temperatures = self.uniforms = self.q = self.confidence_weights = None
+        self.q_buffer: torch.Tensor | None = None
 
-    def set(self, anchors, markov_weights=None, temperatures: torch.Tensor | None = None,
-            uniforms: torch.Tensor | None = None, confidence_weights: tuple | None = None) -> None:
+    def set(self, anchors, markov_weights=None, temperatures=None, uniforms=None,
+            confidence_weights: tuple | None = None) -> None:
         """The next call's inputs: anchors [S] (numpy or torch), DSpark's Markov head as float32 W1 [V, r]
         and bfloat16 W2^T [r, V] (MarkovHead.native_weights) or None, the sampling inputs, and the
-        confidence head's (w over the draft row, per-token Markov term or None, bias), float32 numpy."""
+        confidence head's (w over the draft row, per-token Markov term or None, bias), float32 numpy. The
+        temperatures [S] and uniforms [S, n] may be numpy arrays or tensors."""
         self.anchors[:] = anchors if isinstance(anchors, np.ndarray) else anchors.cpu().numpy()
         self.w1, self.w2t = (None, None) if markov_weights is None else markov_weights
-        self.temperatures = None if uniforms is None else temperatures.float().contiguous()
-        self.uniforms = None if uniforms is None else uniforms.double().contiguous()
-        self.q = None if uniforms is None else torch.empty(self.n_slots, self.n_draft, self.vocab)
+        self.temperatures = None if uniforms is None else np.ascontiguousarray(temperatures, dtype=np.float32)
+        self.uniforms = None if uniforms is None else np.ascontiguousarray(uniforms, dtype=np.float64)
+        if uniforms is None:
+            self.q = None
+        else:
+            if self.q_buffer is None:
+                self.q_buffer = torch.empty(self.n_slots, self.n_draft, self.vocab)
+            self.q = self.q_buffer
         self.confidence_weights = confidence_weights
 
     def fill(self, step: capi.BlockDraft, first_draft_row: int) -> None:
@@ -46,7 +53,9 @@ class NativeChain:
         step.w2t, step.w1 = _ptr(self.w2t), _ptr(self.w1)
         step.rank = 0 if self.w1 is None else self.w1.shape[1]
         step.anchors = self.anchors.ctypes.data
-        step.temperature, step.uniforms, step.q = _ptr(self.temperatures), _ptr(self.uniforms), _ptr(self.q)
+        step.q = _ptr(self.q)
+        step.temperature, step.uniforms = (None, None) if self.uniforms is None else \
+            (self.temperatures.ctypes.data, self.uniforms.ctypes.data)
         if self.confidence_weights is None:
             step.conf_w = step.conf_per_token = step.confidence = None
         else:

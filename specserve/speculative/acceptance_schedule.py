@@ -100,7 +100,10 @@ class AcceptanceScheduler:
         self.tried = [0.0] * (n_slots + 2)
         self.pool = [n_slots] * n_slots                      # each slot's pooled row
         self.draft_cost = DraftCost()                        # measured draft calls by (slots, length)
-        self.other_seconds = 0.0                             # running mean of the rest of a step
+        # running means of the rest of a step (sampling, verification, bookkeeping), for steps that verify
+        # no drafts [0] and steps that do [1]: verifying and accepting drafts costs ~0.1 ms more at 4 slots
+        # (10 % of a step), and one mean for both made drafting look cheaper than it is
+        self.other = [0.0, 0.0]
         self.last_drafted = [-1] * n_slots                   # decision number of each slot's last draft
         self.n_decisions = 0
         self.steady = False                                  # this step's drafting slots all drafted the step before
@@ -146,6 +149,10 @@ class AcceptanceScheduler:
         """This step's draft call, for n_slots slots at self.draft_length, took `seconds` (draft_cost.py)."""
         self.draft_cost.note(seconds, n_slots, self.draft_length, self.steady)
 
+    def other_seconds(self, drafted: bool) -> float:
+        """The rest of a step that verifies drafts (or not): the other kind's while this kind has none."""
+        return self.other[int(drafted)] or self.other[int(not drafted)]
+
     def draft_time(self, n_slots: int, length: int | None = None) -> float:
         """Estimated draft call for n_slots slots and drafts of `length` tokens (default: the longest)."""
         return self.draft_cost.seconds(n_slots, self.n_positions if length is None else length)
@@ -167,12 +174,12 @@ class AcceptanceScheduler:
             record[3] = self.n_decisions
         if not with_prompt:
             other = max(0.0, seconds - 1.0 / self.cost_table.steps_per_second(rows) - draft_seconds)
-            weight = 0.2 if other < self.other_seconds else 0.02     # a finishing request is a spike, not a trend
-            if self.other_seconds == 0:
-                weight = 1.0
-            self.other_seconds = (1 - weight) * self.other_seconds + weight * other
+            arm = int(rows > base_rows)
+            mean = self.other[arm]
+            weight = 1.0 if mean == 0 else 0.2 if other < mean else 0.02   # a finishing request is a spike, not a trend
+            self.other[arm] = (1 - weight) * mean + weight * other
         if self.exploring:
-            plain = 1.0 / self.cost_table.steps_per_second(base_rows) + self.other_seconds
+            plain = 1.0 / self.cost_table.steps_per_second(base_rows) + self.other_seconds(False)
             cost = draft_seconds if with_prompt else max(0.0, seconds - plain)
             # (an upside the realized records did not bear out buys proportionally less exploring)
             budget = EXPLORE_SHARE * min(self.upside, 1.0) * self.calibration_ratio(self.decided_for[0])
@@ -320,13 +327,13 @@ class AcceptanceScheduler:
         steps_per_second = self._rate_for(n_rows, length)
         kept = schedule_prefix_lengths([[r] * n for r in rates], steps_per_second, [min(c, n) for c in caps]).tolist()
         gain = sum(r ** j for r, k in zip(rates, kept) for j in range(1, k + 1))
-        plain = n_rows / (1.0 / self.cost_table.steps_per_second(n_rows) + self.other_seconds)
+        plain = n_rows / (1.0 / self.cost_table.steps_per_second(n_rows) + self.other_seconds(False))
         return (n_rows + gain) * steps_per_second(n_rows + sum(kept)) / plain
 
     def _rate_for(self, n_drafting: int, length: int):
         """Whole engine steps per second by verified rows, with n_drafting slots drafting `length` tokens
         (Algorithm 1 asks it for every candidate row count: the draft time is worked out once)."""
-        fixed = self.draft_time(n_drafting, length) + self.other_seconds
+        fixed = self.draft_time(n_drafting, length) + self.other_seconds(True)
         return lambda rows: 1.0 / (1.0 / self.cost_table.steps_per_second(rows) + fixed)
 
     def lengths(self, slots: list[int], drafts: list[Draft]) -> np.ndarray:

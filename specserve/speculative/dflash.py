@@ -229,7 +229,7 @@ class DFlash(Proposer):
         context, slots = self._context(chunks, drafter.native is not None), [r.slot for r in reqs]
         temps = uniforms = None
         if any(sampling):
-            temps = torch.tensor([r.temperature if s else 0.0 for r, s in zip(reqs, sampling)])
+            temps = np.array([r.temperature if s else 0.0 for r, s in zip(reqs, sampling)], dtype=np.float32)
             uniforms = draft_uniforms([r.generator for r in reqs], sampling, n_draft)
         if drafter.native is not None:      # one native call: layers, lm_head and chain
             hidden, tokens, logits, q, confidence = drafter.draft_native(
@@ -241,7 +241,7 @@ class DFlash(Proposer):
         feats, ctx_slots, ctx_positions = (None if a is None else torch.as_tensor(a, device=device) for a in context)
         anchors, block, pos0 = (torch.from_numpy(a).to(device) for a in (anchors, block, pos0))
         hidden = drafter.forward_cached(self.cache, feats, ctx_slots, ctx_positions, slots, pos0, block)
-        temps = None if temps is None else temps.to(device)
+        temps = None if temps is None else torch.from_numpy(temps).to(device)
         return hidden, run_block_chain(drafter.logits(drafter.draft_rows(hidden)[:, :n_draft]), anchors, markov,
                                        temps, uniforms)
 

@@ -39,16 +39,18 @@ class BlockChain:
         return np.concatenate([self.anchors.cpu().numpy()[:, None], self.tokens.cpu().numpy()[:, :-1]], axis=1)
 
 
-def draft_uniforms(generators: list[torch.Generator | None], sampling: list[bool], n: int) -> torch.Tensor | None:
-    """Per-slot uniforms [S, n] float64 for the draws (zero rows for greedy slots), or None if no slot samples."""
+def draft_uniforms(generators: list[torch.Generator | None], sampling: list[bool], n: int) -> np.ndarray | None:
+    """Per-slot uniforms [S, n] float64 for the draws (zero rows for greedy slots), or None if no slot samples
+    (numpy: the native call reads it in place, and a tensor made per draft costs µs)."""
     if not any(sampling):
         return None
-    rows = [draw_uniforms(gen, n) if on else np.zeros(n) for gen, on in zip(generators, sampling)]
-    return torch.from_numpy(np.stack(rows))
+    if len(generators) == 1:            # one slot (the common case): its uniforms as they are
+        return draw_uniforms(generators[0], n)[None]
+    return np.stack([draw_uniforms(gen, n) if on else np.zeros(n) for gen, on in zip(generators, sampling)])
 
 
 def run_block_chain(base_logits: torch.Tensor, anchors: torch.Tensor, markov_head=None,
-                    temperatures: torch.Tensor | None = None, uniforms: torch.Tensor | None = None) -> BlockChain:
+                    temperatures: torch.Tensor | None = None, uniforms: np.ndarray | None = None) -> BlockChain:
     """base_logits [S, n, V] float32; anchors [S]; temperatures [S] (<= 0: greedy); uniforms from draft_uniforms."""
     n_slots, n, vocab = base_logits.shape
     sampled = [] if uniforms is None else [s for s in range(n_slots) if float(temperatures[s]) > 0]

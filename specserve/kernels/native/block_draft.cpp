@@ -20,29 +20,52 @@ inline __m512 load_bf16(const uint16_t* p) {
 }
 #endif
 
-// logits[v] += sum_r feature[r] * w2t[r][v], over r in order for every v; 256 vocabulary entries at a
-// time stay in registers while r runs (16 independent FMA chains, each logit loaded and stored once)
-void add_markov_bias(float* logits, const float* feature, const uint16_t* w2t, int64_t rank, int64_t vocab) {
-    constexpr int kVecs = 16;
+// logits_g[v] += sum_r feature_g[r] * w2t[r][v] for G rows g at once, over r in order for every v: each
+// 16-wide piece of w2t is read and widened once for all G rows (at 4 slots the Markov bias read the 512 KB
+// of w2t once per slot and position, 40 % of the draft call), 16 accumulators stay in registers (16 / G
+// pieces per row), and every logit gets the same fused multiply-adds in the same order for any G, so a
+// slot's logits do not depend on the other slots drafted with it
+template <int G>
+void add_markov_bias(float* const* logits, const float* const* feature, const uint16_t* w2t, int64_t rank,
+                     int64_t vocab) {
+    constexpr int kVecs = 16 / G;
     int64_t v0 = 0;
 #ifdef SS_AVX512
     for (; v0 + kVecs * 16 <= vocab; v0 += kVecs * 16) {
-        __m512 acc[kVecs];
-        for (int c = 0; c < kVecs; c++) acc[c] = _mm512_loadu_ps(logits + v0 + c * 16);
+        __m512 acc[G][kVecs];
+        for (int g = 0; g < G; g++)
+            for (int c = 0; c < kVecs; c++) acc[g][c] = _mm512_loadu_ps(logits[g] + v0 + c * 16);
         for (int64_t r = 0; r < rank; r++) {
-            const __m512 f = _mm512_set1_ps(feature[r]);
             const uint16_t* w = w2t + r * vocab + v0;
+            __m512 wv[kVecs];
 #pragma GCC unroll 16
-            for (int c = 0; c < kVecs; c++) acc[c] = _mm512_fmadd_ps(f, load_bf16(w + c * 16), acc[c]);
+            for (int c = 0; c < kVecs; c++) wv[c] = load_bf16(w + c * 16);
+#pragma GCC unroll 4
+            for (int g = 0; g < G; g++) {
+                const __m512 f = _mm512_set1_ps(feature[g][r]);
+#pragma GCC unroll 16
+                for (int c = 0; c < kVecs; c++) acc[g][c] = _mm512_fmadd_ps(f, wv[c], acc[g][c]);
+            }
         }
-        for (int c = 0; c < kVecs; c++) _mm512_storeu_ps(logits + v0 + c * 16, acc[c]);
+        for (int g = 0; g < G; g++)
+            for (int c = 0; c < kVecs; c++) _mm512_storeu_ps(logits[g] + v0 + c * 16, acc[g][c]);
     }
 #endif
-    for (int64_t v = v0; v < vocab; v++) {
-        float acc = logits[v];
-        for (int64_t r = 0; r < rank; r++) acc = std::fma(feature[r], bf16_to_f32(w2t[r * vocab + v]), acc);
-        logits[v] = acc;
-    }
+    for (int g = 0; g < G; g++)
+        for (int64_t v = v0; v < vocab; v++) {
+            float acc = logits[g][v];
+            for (int64_t r = 0; r < rank; r++) acc = std::fma(feature[g][r], bf16_to_f32(w2t[r * vocab + v]), acc);
+            logits[g][v] = acc;
+        }
+}
+
+// the Markov bias of n rows, in groups of 4, 2 and 1
+void add_markov_bias_rows(float* const* logits, const float* const* feature, int64_t n, const uint16_t* w2t,
+                          int64_t rank, int64_t vocab) {
+    int64_t i = 0;
+    for (; i + 4 <= n; i += 4) add_markov_bias<4>(logits + i, feature + i, w2t, rank, vocab);
+    for (; i + 2 <= n; i += 2) add_markov_bias<2>(logits + i, feature + i, w2t, rank, vocab);
+    for (; i < n; i++) add_markov_bias<1>(logits + i, feature + i, w2t, rank, vocab);
 }
 
 // sigmoid(w . row + per_token[prev] + bias): the confidence head's prediction for one draft row
@@ -52,25 +75,34 @@ float confidence(const ss_block_draft& d, const float* row, int64_t hidden, int6
     return 1.0f / (1.0f + std::exp(-z));
 }
 
-// the drafts of every slot, position by position (draft k-1 conditions position k's Markov bias);
-// rows [n_slots * n_draft, hidden] are the draft rows the logits came from
+// the drafts of every slot, position by position (draft k-1 conditions position k's Markov bias, which is
+// added for all slots at once); rows [n_slots * n_draft, hidden] are the draft rows the logits came from
 void pick_drafts(const ss_block_draft& d, int64_t vocab, const float* rows, int64_t hidden) {
-    const int64_t row = d.n_draft * vocab;
-    for (int64_t s = 0; s < d.n_slots; s++) {
-        int64_t prev = d.anchors[s];
-        for (int64_t k = 0; k < d.n_draft; k++) {
+    const int64_t row = d.n_draft * vocab, n_slots = d.n_slots;
+    static thread_local std::vector<int64_t> prev;
+    static thread_local std::vector<float*> slot_logits;
+    static thread_local std::vector<const float*> features;
+    prev.assign(d.anchors, d.anchors + n_slots);
+    slot_logits.resize(n_slots);
+    features.resize(n_slots);
+    for (int64_t k = 0; k < d.n_draft; k++) {
+        for (int64_t s = 0; s < n_slots; s++) {
             if (d.confidence)
-                d.confidence[s * d.n_draft + k] = confidence(d, rows + (s * d.n_draft + k) * hidden, hidden, prev);
-            float* lk = d.logits + s * row + k * vocab;
-            if (d.w2t) add_markov_bias(lk, d.w1 + prev * d.rank, d.w2t, d.rank, vocab);
+                d.confidence[s * d.n_draft + k] = confidence(d, rows + (s * d.n_draft + k) * hidden, hidden, prev[s]);
+            slot_logits[s] = d.logits + s * row + k * vocab;
+            features[s] = d.w1 ? d.w1 + prev[s] * d.rank : nullptr;
+        }
+        if (d.w2t) add_markov_bias_rows(slot_logits.data(), features.data(), n_slots, d.w2t, d.rank, vocab);
+        for (int64_t s = 0; s < n_slots; s++) {
+            float* lk = slot_logits[s];
             if (d.uniforms && d.temperature && d.temperature[s] > 0.0f) {
                 float* qk = d.q + s * row + k * vocab;
                 dense_softmax(lk, vocab, d.temperature[s], qk);
-                prev = draw_row(qk, vocab, d.uniforms[s * d.n_draft + k]);
+                prev[s] = draw_row(qk, vocab, d.uniforms[s * d.n_draft + k]);
             } else {
-                prev = argmax(lk, vocab);
+                prev[s] = argmax(lk, vocab);
             }
-            d.tokens[s * d.n_draft + k] = prev;
+            d.tokens[s * d.n_draft + k] = prev[s];
         }
     }
 }
