@@ -13,6 +13,7 @@ from specserve import kernels
 from support.block_drafters import DRAFT_ARCHS, write_block_drafter
 from support.models import write_model
 from specserve.errors import IncompatibleDraftError, ModelLoadError
+from specserve.models import block_drafter as block_drafter_module
 from specserve.models.block_drafter import load_block_drafter
 from specserve.models.block_drafter_format import (ANCHOR_FIRST, BONUS_ANCHOR, build_target_layer_ids,
                                                    read_block_drafter)
@@ -201,6 +202,32 @@ def test_native_draft_call_equals_the_pytorch_pipeline(tmp_path, target_dir, lay
                 np.testing.assert_allclose(confidence, reference.confidence(ref_rows.float(), chain.prev), atol=1e-5)
             else:
                 assert confidence is None
+
+
+def test_markov_table_gives_the_bits_of_the_worked_out_bias(tmp_path, target_dir, monkeypatch):
+    """The native chain reads each token's Markov bias from a table when the vocabulary is small enough; the
+    drafts, logits and q are bit for bit those of the bias worked out in the call, for any number of slots."""
+    d = write_block_drafter(tmp_path / "d", target_dir, "specserve", block_size=6, **DSPARK)
+    outputs = []
+    for limit in (block_drafter_module.MARKOV_TABLE_MAX_VOCAB, 0):
+        monkeypatch.setattr(block_drafter_module, "MARKOV_TABLE_MAX_VOCAB", limit)
+        drafter = load_block_drafter(d, CausalLM.from_pretrained(target_dir))
+        cache = drafter.new_cache(5, 64)
+        assert drafter.native is not None
+        assert (drafter._native_call().markov_weights[2] is None) == (limit == 0)
+        gen = torch.Generator().manual_seed(0)
+        n = drafter.config.max_drafts
+        feats = torch.randn(5 * 4, 3 * drafter.cfg.hidden_size, generator=gen)
+        ctx_slots, ctx_pos = torch.arange(5).repeat_interleave(4), torch.arange(4).repeat(5)
+        block = torch.full((5, drafter.block_rows_for(n)), 1)
+        block[:, 0] = anchors = torch.tensor([7, 30, 2, 99, 150])
+        with torch.inference_mode():
+            temps, noise = torch.tensor([0.8, 0.0, 1.3, 1.0, 0.0]), draft_uniforms([gen] * 5, [True] * 5, n)
+            _, tokens, logits, q, _ = drafter.draft_native(cache, feats, ctx_slots, ctx_pos, list(range(5)),
+                                                           torch.full((5,), 4), block, n, anchors, True, temps, noise)
+        outputs.append((tokens.clone(), logits.clone(), q[temps > 0].clone()))    # q of the sampled slots
+    for tabled, worked_out in zip(*outputs):
+        assert torch.equal(tabled, worked_out)
 
 
 def test_chain_samples_from_q(tmp_path, target_dir, target):

@@ -48,7 +48,8 @@ class BlockDraft(ctypes.Structure):
                 ("n_slots", c_int64), ("n_block", c_int64), ("block_tokens", c_void_p), ("ctx_slot", c_void_p),
                 ("ctx_pos", c_void_p), ("slot", c_void_p), ("pos0", c_void_p), ("attn", Attention),
                 ("hidden_out", c_void_p), ("first_draft_row", c_int64), ("n_draft", c_int64), ("logits", c_void_p),
-                ("tokens", c_void_p), ("w2t", c_void_p), ("w1", c_void_p), ("rank", c_int64), ("anchors", c_void_p),
+                ("tokens", c_void_p), ("w2t", c_void_p), ("w1", c_void_p), ("rank", c_int64), ("markov_table", c_void_p),
+                ("anchors", c_void_p),
                 ("temperature", c_void_p), ("uniforms", c_void_p), ("q", c_void_p), ("conf_w", c_void_p),
                 ("conf_per_token", c_void_p), ("conf_bias", c_float), ("confidence", c_void_p)]
 
@@ -85,9 +86,10 @@ _SIGNATURES = {
     "ss_verify_logits": (c_int64, [c_void_p, c_int64, c_int64, c_int32, c_float, c_float, c_float, c_void_p, c_void_p,
                                    c_int32, c_void_p, c_void_p, c_void_p]),
     "ss_block_draft_forward": (c_int32, [POINTER(Model), POINTER(BlockDraft)]),
+    "ss_markov_table": (None, [c_void_p, c_void_p, c_int64, c_int64, c_void_p]),
     "ss_head_draft_chain": (c_int32, [POINTER(Model), POINTER(HeadChain), c_int64, c_void_p, c_void_p]),
 }
-ABI_VERSION = 1
+ABI_VERSION = 2
 
 
 def bind(path: str) -> ctypes.CDLL:

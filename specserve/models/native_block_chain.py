@@ -26,17 +26,18 @@ class NativeChain:
         self.logits = torch.empty(n_slots, n_draft, vocab, dtype=torch.float32)
         self.confidence = np.empty((n_slots, n_draft), dtype=np.float32)
         self.anchors = np.empty(n_slots, dtype=np.int64)
-        self.w1 = self.w2t = self.temperatures = self.uniforms = self.q = self.confidence_weights = None
+        self.w1 = self.w2t = self.markov_table = self.temperatures = self.uniforms = self.q = None
+        self.confidence_weights = None
         self.q_buffer: torch.Tensor | None = None
 
     def set(self, anchors, markov_weights=None, temperatures=None, uniforms=None,
             confidence_weights: tuple | None = None) -> None:
-        """The next call's inputs: anchors [S] (numpy or torch), DSpark's Markov head as float32 W1 [V, r]
-        and bfloat16 W2^T [r, V] (MarkovHead.native_weights) or None, the sampling inputs, and the
+        """The next call's inputs: anchors [S] (numpy or torch), DSpark's Markov head as float32 W1 [V, r],
+        bfloat16 W2^T [r, V] and the bias table or None (MarkovHead.native_weights), or None, the sampling inputs, and the
         confidence head's (w over the draft row, per-token Markov term or None, bias), float32 numpy. The
         temperatures [S] and uniforms [S, n] may be numpy arrays or tensors."""
         self.anchors[:] = anchors if isinstance(anchors, np.ndarray) else anchors.cpu().numpy()
-        self.w1, self.w2t = (None, None) if markov_weights is None else markov_weights
+        self.w1, self.w2t, self.markov_table = (None, None, None) if markov_weights is None else markov_weights
         self.temperatures = None if uniforms is None else np.ascontiguousarray(temperatures, dtype=np.float32)
         self.uniforms = None if uniforms is None else np.ascontiguousarray(uniforms, dtype=np.float64)
         if uniforms is None:
@@ -50,7 +51,7 @@ class NativeChain:
     def fill(self, step: capi.BlockDraft, first_draft_row: int) -> None:
         step.first_draft_row, step.n_draft = first_draft_row, self.n_draft
         step.logits, step.tokens = self.logits.data_ptr(), self.tokens.data_ptr()
-        step.w2t, step.w1 = _ptr(self.w2t), _ptr(self.w1)
+        step.w2t, step.w1, step.markov_table = _ptr(self.w2t), _ptr(self.w1), _ptr(self.markov_table)
         step.rank = 0 if self.w1 is None else self.w1.shape[1]
         step.anchors = self.anchors.ctypes.data
         step.q = _ptr(self.q)

@@ -20,21 +20,22 @@ inline __m512 load_bf16(const uint16_t* p) {
 }
 #endif
 
-// logits_g[v] += sum_r feature_g[r] * w2t[r][v] for G rows g at once, over r in order for every v: each
-// 16-wide piece of w2t is read and widened once for all G rows (at 4 slots the Markov bias read the 512 KB
-// of w2t once per slot and position, 40 % of the draft call), 16 accumulators stay in registers (16 / G
-// pieces per row), and every logit gets the same fused multiply-adds in the same order for any G, so a
-// slot's logits do not depend on the other slots drafted with it
+// bias_g[v] = sum_r feature_g[r] * w2t[r][v] for G rows g at once, over r in order for every v, stored into
+// out_g (or added to it with `add`): each 16-wide piece of w2t is read and widened once for all G rows (at 4
+// slots the bias read the 512 KB of w2t once per slot and position, 40 % of the draft call), 16 accumulators
+// stay in registers (16 / G pieces per row), and every bias gets the same fused multiply-adds in the same
+// order for any G, so a slot's logits do not depend on the other slots, nor on whether the bias came from
+// the table of every token's bias (ss_markov_table) or was worked out here
 template <int G>
-void add_markov_bias(float* const* logits, const float* const* feature, const uint16_t* w2t, int64_t rank,
-                     int64_t vocab) {
+void markov_bias(float* const* out, const float* const* feature, const uint16_t* w2t, int64_t rank,
+                 int64_t vocab, bool add) {
     constexpr int kVecs = 16 / G;
     int64_t v0 = 0;
 #ifdef SS_AVX512
     for (; v0 + kVecs * 16 <= vocab; v0 += kVecs * 16) {
         __m512 acc[G][kVecs];
         for (int g = 0; g < G; g++)
-            for (int c = 0; c < kVecs; c++) acc[g][c] = _mm512_loadu_ps(logits[g] + v0 + c * 16);
+            for (int c = 0; c < kVecs; c++) acc[g][c] = _mm512_setzero_ps();
         for (int64_t r = 0; r < rank; r++) {
             const uint16_t* w = w2t + r * vocab + v0;
             __m512 wv[kVecs];
@@ -48,24 +49,27 @@ void add_markov_bias(float* const* logits, const float* const* feature, const ui
             }
         }
         for (int g = 0; g < G; g++)
-            for (int c = 0; c < kVecs; c++) _mm512_storeu_ps(logits[g] + v0 + c * 16, acc[g][c]);
+            for (int c = 0; c < kVecs; c++) {
+                float* o = out[g] + v0 + c * 16;
+                _mm512_storeu_ps(o, add ? _mm512_add_ps(_mm512_loadu_ps(o), acc[g][c]) : acc[g][c]);
+            }
     }
 #endif
     for (int g = 0; g < G; g++)
         for (int64_t v = v0; v < vocab; v++) {
-            float acc = logits[g][v];
+            float acc = 0.0f;
             for (int64_t r = 0; r < rank; r++) acc = std::fma(feature[g][r], bf16_to_f32(w2t[r * vocab + v]), acc);
-            logits[g][v] = acc;
+            out[g][v] = add ? out[g][v] + acc : acc;
         }
 }
 
 // the Markov bias of n rows, in groups of 4, 2 and 1
-void add_markov_bias_rows(float* const* logits, const float* const* feature, int64_t n, const uint16_t* w2t,
-                          int64_t rank, int64_t vocab) {
+void markov_bias_rows(float* const* out, const float* const* feature, int64_t n, const uint16_t* w2t,
+                      int64_t rank, int64_t vocab, bool add) {
     int64_t i = 0;
-    for (; i + 4 <= n; i += 4) add_markov_bias<4>(logits + i, feature + i, w2t, rank, vocab);
-    for (; i + 2 <= n; i += 2) add_markov_bias<2>(logits + i, feature + i, w2t, rank, vocab);
-    for (; i < n; i++) add_markov_bias<1>(logits + i, feature + i, w2t, rank, vocab);
+    for (; i + 4 <= n; i += 4) markov_bias<4>(out + i, feature + i, w2t, rank, vocab, add);
+    for (; i + 2 <= n; i += 2) markov_bias<2>(out + i, feature + i, w2t, rank, vocab, add);
+    for (; i < n; i++) markov_bias<1>(out + i, feature + i, w2t, rank, vocab, add);
 }
 
 // sigmoid(w . row + per_token[prev] + bias): the confidence head's prediction for one draft row
@@ -75,8 +79,9 @@ float confidence(const ss_block_draft& d, const float* row, int64_t hidden, int6
     return 1.0f / (1.0f + std::exp(-z));
 }
 
-// the drafts of every slot, position by position (draft k-1 conditions position k's Markov bias, which is
-// added for all slots at once); rows [n_slots * n_draft, hidden] are the draft rows the logits came from
+// the drafts of every slot, position by position (draft k-1 conditions position k's Markov bias: a row of
+// the table when there is one, else worked out for all slots at once); rows [n_slots * n_draft, hidden] are
+// the draft rows the logits came from
 void pick_drafts(const ss_block_draft& d, int64_t vocab, const float* rows, int64_t hidden) {
     const int64_t row = d.n_draft * vocab, n_slots = d.n_slots;
     static thread_local std::vector<int64_t> prev;
@@ -92,7 +97,14 @@ void pick_drafts(const ss_block_draft& d, int64_t vocab, const float* rows, int6
             slot_logits[s] = d.logits + s * row + k * vocab;
             features[s] = d.w1 ? d.w1 + prev[s] * d.rank : nullptr;
         }
-        if (d.w2t) add_markov_bias_rows(slot_logits.data(), features.data(), n_slots, d.w2t, d.rank, vocab);
+        if (d.markov_table) {
+            for (int64_t s = 0; s < n_slots; s++) {
+                const float* bias = d.markov_table + prev[s] * vocab;
+                for (int64_t v = 0; v < vocab; v++) slot_logits[s][v] += bias[v];
+            }
+        } else if (d.w2t) {
+            markov_bias_rows(slot_logits.data(), features.data(), n_slots, d.w2t, d.rank, vocab, true);
+        }
         for (int64_t s = 0; s < n_slots; s++) {
             float* lk = slot_logits[s];
             if (d.uniforms && d.temperature && d.temperature[s] > 0.0f) {
@@ -155,6 +167,21 @@ const float* gather_context(const ss_block_draft& d, std::vector<float>& buf) {
 
 }  // namespace
 }  // namespace ss
+
+extern "C" void ss_markov_table(const float* w1, const uint16_t* w2t, int64_t rank, int64_t vocab, float* table) {
+    using namespace ss;
+    constexpr int64_t kRows = 64;
+    const float* feature[kRows];
+    float* out[kRows];
+    for (int64_t t0 = 0; t0 < vocab; t0 += kRows) {
+        const int64_t n = std::min(kRows, vocab - t0);
+        for (int64_t i = 0; i < n; i++) {
+            feature[i] = w1 + (t0 + i) * rank;
+            out[i] = table + (t0 + i) * vocab;
+        }
+        markov_bias_rows(out, feature, n, w2t, rank, vocab, false);
+    }
+}
 
 extern "C" int32_t ss_block_draft_forward(const ss_model* m, const ss_block_draft* d) {
     using namespace ss;

@@ -152,6 +152,7 @@ struct ss_block_draft {
     const uint16_t* w2t;          // [rank, vocab] bf16, or null (no Markov head)
     const float* w1;              // [vocab, rank]
     int64_t rank;
+    const float* markov_table;    // [vocab, vocab] or null: row t is W2 W1[t] (ss_markov_table), read instead
     const int64_t* anchors;       // [n_slots]
     const float* temperature;     // [n_slots] or null
     const double* uniforms;       // [n_slots, n_draft] or null
@@ -164,6 +165,9 @@ struct ss_block_draft {
     float* confidence;            // [n_slots, n_draft]
 };
 int32_t ss_block_draft_forward(const ss_model* m, const ss_block_draft* d);
+// table [vocab, vocab]: row t = W2 W1[t], the Markov bias after token t, with the bits the draft call's own
+// arithmetic gives (w1 [vocab, rank] float32, w2t [rank, vocab] bfloat16)
+void ss_markov_table(const float* w1, const uint16_t* w2t, int64_t rank, int64_t vocab, float* table);
 // A hidden-state draft head's draft chain (EAGLE-3, MTP). m holds the head's decoder layers, its final
 // norm, its lm_head (vocab = the head's output rows) and the embedding the tokens are looked up in.
 // Each row combines parts = [embed_norm(embed(token)), hidden_norm(hidden)] (hidden first when
