@@ -45,8 +45,9 @@ A step whose answer is a reused "no" is known before the slots' draft requests a
 
 The model's inputs are timings, and on a shared or throttled machine they drift: the cost table is
 profiled once, at start-up. So what drafting actually achieves has the last word: the seconds per
-emitted token of steady drafting steps and of steps without drafting are kept per slot count
-(decayed), and while both are recent (the last REALIZED_RECENT decisions) the yes-or-no follows
+emitted token of steady drafting steps and of steps without drafting are kept per slot count (the
+seconds per step decayed fast, to follow the machine, the tokens per step slowly, since at T > 0 they
+vary a lot from step to step), and while both are recent (the last REALIZED_RECENT decisions) the yes-or-no follows
 them instead of the model. Once the drafting record is stale the model decides again, its expected
 speedup scaled by what the records achieved over it when last compared (a model that was too
 optimistic is not believed the next time either; the scale fades back to 1 by CALIBRATION_FORGET per
@@ -75,7 +76,9 @@ EXPLORE_SHARE = 0.05 # ... spending at most this share of the time times the ups
 GOOD_RATE = 0.9      # the upside: the speedup drafting would bring at this rate (a well predicted run), less 1
 DECIDE_EVERY = 4     # the draft-or-not decision is re-evaluated every this many steps (estimates move slowly)
 KEEP_DRAFTING = 0.95 # while drafting, it stops only below this expected speedup
-REALIZED_DECAY = 0.9 # weight kept by older steps in each arm's realized seconds per token ...
+REALIZED_DECAY = 0.9 # weight kept by older steps in each arm's realized seconds per step ...
+TOKENS_DECAY = 0.995 # ... and in its tokens per step (at T > 0 a drafting step emits 1-4 tokens: a short
+                     # window's mean is too noisy to decide on) ...
 REALIZED_MIN = 2     # ... which decide once each has this many steps ...
 REALIZED_RECENT = 128  # ... the last of them within this many decisions
 PLAIN_EVERY = 16     # while drafting with no recent record of steps without it, REALIZED_MIN steps in this many do not draft
@@ -118,8 +121,9 @@ class AcceptanceScheduler:
         self.last_decision: bool | None = None              # None: not worked out yet
         self.decided_for = (0, 0)                            # (slots, observations) it was worked out for
         self.n_observed = 0
-        # (slots, drafted) -> [decayed seconds, decayed emitted tokens, steps, decision of the last]: what
-        # steady drafting steps and steps without drafting achieved (module docstring)
+        # (slots, drafted) -> [seconds, steps (both decayed by REALIZED_DECAY), emitted tokens, steps (both
+        # decayed by TOKENS_DECAY), steps, decision of the last]: what steady drafting steps and steps without
+        # drafting achieved (module docstring)
         self.realized: dict[tuple[int, bool], list] = {}
         self.step_arm: tuple[int, bool] | None = None       # this step's (slots, drafted), None: not counted
         self.plain_check_at = -REALIZED_MIN                  # decision number where the last plain check began
@@ -167,11 +171,13 @@ class AcceptanceScheduler:
         self.elapsed += seconds
         arm, self.step_arm = self.step_arm, None
         if arm is not None and tokens > 0 and not with_prompt:
-            record = self.realized.setdefault(arm, [0.0, 0.0, 0, 0])
+            record = self.realized.setdefault(arm, [0.0, 0.0, 0.0, 0.0, 0, 0])
             record[0] = REALIZED_DECAY * record[0] + seconds
-            record[1] = REALIZED_DECAY * record[1] + tokens
-            record[2] += 1
-            record[3] = self.n_decisions
+            record[1] = REALIZED_DECAY * record[1] + 1
+            record[2] = TOKENS_DECAY * record[2] + tokens
+            record[3] = TOKENS_DECAY * record[3] + 1
+            record[4] += 1
+            record[5] = self.n_decisions
         if not with_prompt:
             other = max(0.0, seconds - 1.0 / self.cost_table.steps_per_second(rows) - draft_seconds)
             arm = int(rows > base_rows)
@@ -256,7 +262,7 @@ class AcceptanceScheduler:
     def _plain_check(self, n_slots: int) -> bool:
         """Whether this drafting step stays plain to record what steps without drafting achieve."""
         plain = self.realized.get((n_slots, False))
-        if plain is not None and plain[2] >= REALIZED_MIN and self.n_decisions - plain[3] <= REALIZED_RECENT // 2:
+        if plain is not None and plain[4] >= REALIZED_MIN and self.n_decisions - plain[5] <= REALIZED_RECENT // 2:
             return False
         since = self.n_decisions - self.plain_check_at
         if since < REALIZED_MIN:                # a check is REALIZED_MIN steps in a row
@@ -268,11 +274,12 @@ class AcceptanceScheduler:
 
     def realized_speedup(self, n_slots: int) -> float | None:
         """Seconds per emitted token of recent steps without drafting over those of recent steady
-        drafting steps at this slot count; None while either record is thin or old."""
+        drafting steps at this slot count (seconds per step over tokens per step, each decayed at its own
+        rate); None while either record is thin or old."""
         plain, drafted = self.realized.get((n_slots, False)), self.realized.get((n_slots, True))
-        if any(r is None or r[2] < REALIZED_MIN or self.n_decisions - r[3] > REALIZED_RECENT for r in (plain, drafted)):
+        if any(r is None or r[4] < REALIZED_MIN or self.n_decisions - r[5] > REALIZED_RECENT for r in (plain, drafted)):
             return None
-        return (plain[0] / plain[1]) / (drafted[0] / drafted[1])
+        return _seconds_per_token(plain) / _seconds_per_token(drafted)
 
     def _calibrated(self, n_slots: int, model_says: bool, threshold: float) -> bool:
         """The draft-or-not answer: what recent drafting and plain steps achieved, while both are recent;
@@ -356,3 +363,8 @@ class AcceptanceScheduler:
         for row in (slot, self.pool[slot]):
             self.accepted[row] = DECAY * self.accepted[row] + accepted
             self.tried[row] = DECAY * self.tried[row] + tried
+
+
+def _seconds_per_token(record: list) -> float:
+    """A realized record's seconds per step over its tokens per step."""
+    return (record[0] / record[1]) / (record[2] / record[3])
