@@ -20,7 +20,7 @@ STDLIB_CODER_DRAFTERS = {
 # where fewer drafts are accepted (measured with q8 drafts, docs/training.md "On a Xeon with AMX"):
 # spec type -> (--spec-draft-n-max, --spec-draft-n-max-sampled)
 AMX_N_MAX = {"draft-simple": (6, 2), "draft-eagle3": (8, 2), "draft-mtp": (10, 3), "draft-dflash": (6, 2),
-             "draft-dspark": (6, 3)}
+             "draft-dspark": (8, 3)}
 # without int8 dot products the chains take int8 weights, which halve the bytes each of their one-row
 # steps streams, and the block drafters bfloat16
 NO_INT8_DOT_QUANT = {"draft-simple": "int8", "draft-eagle3": "int8", "draft-mtp": "int8"}
