@@ -124,9 +124,11 @@ def test_what_drafting_achieves_has_the_last_word():
                             tokens=12 if chosen[-1] else 4)
         return chosen
 
-    first = run(PLAIN_EVERY + 2 * DECIDE_EVERY + 2)
+    first = run(2 * PLAIN_EVERY + 2 * DECIDE_EVERY + 2)
     plain = [i for i, d in enumerate(first) if not d]
-    assert plain[0] > PLAIN_EVERY // 2 and plain[1] == plain[0] + 1    # the model drafted until plain steps were timed ...
+    # the model drafted, but for REALIZED_MIN plain steps in PLAIN_EVERY, until both records were long enough ...
+    assert plain[0] > PLAIN_EVERY // 2 and plain[1] == plain[0] + 1 and plain[2] == plain[0] + PLAIN_EVERY
+    assert first[:plain[0]] == [slots] * plain[0] and len(plain) < len(first) // 2
     assert sched.realized_speedup(4) == pytest.approx((0.01 / 4) / (0.05 / 12))        # 0.6x
     assert first[-DECIDE_EVERY:] == [[]] * DECIDE_EVERY and sched.last_decision is False    # ... then stopped
     # once the record is stale the model decides again, scaled by the 0.6x achieved where it promised more:

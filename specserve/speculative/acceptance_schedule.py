@@ -47,14 +47,13 @@ The model's inputs are timings, and on a shared or throttled machine they drift:
 profiled once, at start-up. So what drafting actually achieves has the last word: the seconds per
 emitted token of steady drafting steps and of steps without drafting are kept per slot count (the
 seconds per step decayed fast, to follow the machine, the tokens per step slowly, since at T > 0 they
-vary a lot from step to step), and while both are recent (the last REALIZED_RECENT decisions) the yes-or-no follows
-them instead of the model. Once the drafting record is stale the model decides again, its expected
+vary a lot from step to step), and while both are recent (the last REALIZED_RECENT decisions) and long
+enough (REALIZED_STEPS) the yes-or-no follows them instead of the model. Once the drafting record is stale the model decides again, its expected
 speedup scaled by what the records achieved over it when last compared (a model that was too
 optimistic is not believed the next time either; the scale fades back to 1 by CALIBRATION_FORGET per
 decision, so a wrong "no" ends, and it also scales the exploring budget); if it says yes, the next few
 drafting steps refresh the record. While it drafts with no recent record of steps without drafting,
-REALIZED_MIN steps in PLAIN_EVERY do not, to make one (the model prices a plain step with the
-rest-of-a-step cost learnt from drafting steps, which is higher: left alone it drafted at 4 slots where
+REALIZED_MIN steps in PLAIN_EVERY do not, to make one (left alone the model drafted at 4 slots where
 drafting ran at 0.6-0.8x).
 """
 from __future__ import annotations
@@ -79,7 +78,10 @@ KEEP_DRAFTING = 0.95 # while drafting, it stops only below this expected speedup
 REALIZED_DECAY = 0.9 # weight kept by older steps in each arm's realized seconds per step ...
 TOKENS_DECAY = 0.995 # ... and in its tokens per step (at T > 0 a drafting step emits 1-4 tokens: a short
                      # window's mean is too noisy to decide on) ...
-REALIZED_MIN = 2     # ... which decide once each has this many steps ...
+REALIZED_MIN = 2     # ... made of steps without drafting REALIZED_MIN in a row (below) ...
+REALIZED_STEPS = (4, 16)  # ... which decide once the plain record has this many steps and the drafting one
+                     # this many (a drafting step emits 1 to 9 tokens: a few of them said "stop" at 4 slots
+                     # where drafting paid 1.2x, and the answer then stood until the record went stale) ...
 REALIZED_RECENT = 128  # ... the last of them within this many decisions
 PLAIN_EVERY = 16     # while drafting with no recent record of steps without it, REALIZED_MIN steps in this many do not draft
 CALIBRATION_FORGET = 1 / 1024  # share of the gap between the realized-over-model ratio and 1 forgotten per decision
@@ -262,7 +264,7 @@ class AcceptanceScheduler:
     def _plain_check(self, n_slots: int) -> bool:
         """Whether this drafting step stays plain to record what steps without drafting achieve."""
         plain = self.realized.get((n_slots, False))
-        if plain is not None and plain[4] >= REALIZED_MIN and self.n_decisions - plain[5] <= REALIZED_RECENT // 2:
+        if plain is not None and plain[4] >= REALIZED_STEPS[0] and self.n_decisions - plain[5] <= REALIZED_RECENT // 2:
             return False
         since = self.n_decisions - self.plain_check_at
         if since < REALIZED_MIN:                # a check is REALIZED_MIN steps in a row
@@ -277,7 +279,8 @@ class AcceptanceScheduler:
         drafting steps at this slot count (seconds per step over tokens per step, each decayed at its own
         rate); None while either record is thin or old."""
         plain, drafted = self.realized.get((n_slots, False)), self.realized.get((n_slots, True))
-        if any(r is None or r[4] < REALIZED_MIN or self.n_decisions - r[5] > REALIZED_RECENT for r in (plain, drafted)):
+        if any(r is None or r[4] < REALIZED_STEPS[arm] or self.n_decisions - r[5] > REALIZED_RECENT
+               for arm, r in enumerate((plain, drafted))):
             return None
         return _seconds_per_token(plain) / _seconds_per_token(drafted)
 
