@@ -48,10 +48,10 @@ class BlockDraft(ctypes.Structure):
                 ("n_slots", c_int64), ("n_block", c_int64), ("block_tokens", c_void_p), ("ctx_slot", c_void_p),
                 ("ctx_pos", c_void_p), ("slot", c_void_p), ("pos0", c_void_p), ("attn", Attention),
                 ("hidden_out", c_void_p), ("first_draft_row", c_int64), ("n_draft", c_int64), ("logits", c_void_p),
-                ("tokens", c_void_p), ("w2t", c_void_p), ("w1", c_void_p), ("rank", c_int64), ("markov_table", c_void_p),
-                ("anchors", c_void_p),
-                ("temperature", c_void_p), ("uniforms", c_void_p), ("q", c_void_p), ("conf_w", c_void_p),
-                ("conf_per_token", c_void_p), ("conf_bias", c_float), ("confidence", c_void_p)]
+                ("tokens", c_void_p), ("w2t", c_void_p), ("w1", c_void_p), ("rank", c_int64),
+                ("markov_table", c_void_p), ("anchors", c_void_p), ("temperature", c_void_p), ("uniforms", c_void_p),
+                ("q", c_void_p), ("conf_w", c_void_p), ("conf_per_token", c_void_p), ("conf_bias", c_float),
+                ("confidence", c_void_p)]
 
 
 class ChainPick(ctypes.Structure):

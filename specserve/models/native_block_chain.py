@@ -32,10 +32,10 @@ class NativeChain:
 
     def set(self, anchors, markov_weights=None, temperatures=None, uniforms=None,
             confidence_weights: tuple | None = None) -> None:
-        """The next call's inputs: anchors [S] (numpy or torch), DSpark's Markov head as float32 W1 [V, r],
-        bfloat16 W2^T [r, V] and the bias table or None (MarkovHead.native_weights), or None, the sampling inputs, and the
-        confidence head's (w over the draft row, per-token Markov term or None, bias), float32 numpy. The
-        temperatures [S] and uniforms [S, n] may be numpy arrays or tensors."""
+        """The next call's inputs: anchors [S] (numpy or torch); DSpark's Markov head as float32 W1 [V, r],
+        bfloat16 W2^T [r, V] and the bias table or None (MarkovHead.native_weights), or None; the sampling
+        inputs, temperatures [S] and uniforms [S, n] (numpy arrays or tensors); and the confidence head's
+        (w over the draft row, per-token Markov term or None, bias), float32 numpy."""
         self.anchors[:] = anchors if isinstance(anchors, np.ndarray) else anchors.cpu().numpy()
         self.w1, self.w2t, self.markov_table = (None, None, None) if markov_weights is None else markov_weights
         self.temperatures = None if uniforms is None else np.ascontiguousarray(temperatures, dtype=np.float32)

@@ -48,11 +48,11 @@ profiled once, at start-up. So what drafting actually achieves has the last word
 emitted token of steady drafting steps and of steps without drafting are kept per slot count (the
 seconds per step decayed fast, to follow the machine, the tokens per step slowly, since at T > 0 they
 vary a lot from step to step), and while both are recent (the last REALIZED_RECENT decisions) and long
-enough (REALIZED_STEPS) the yes-or-no follows them instead of the model. Once the drafting record is stale the model decides again, its expected
-speedup scaled by what the records achieved over it when last compared (a model that was too
-optimistic is not believed the next time either; the scale fades back to 1 by CALIBRATION_FORGET per
-decision, so a wrong "no" ends, and it also scales the exploring budget); if it says yes, the next few
-drafting steps refresh the record. While it drafts with no recent record of steps without drafting,
+enough (REALIZED_STEPS) the yes-or-no follows them instead of the model. Once the drafting record is
+stale the model decides again, its expected speedup scaled by what the records achieved over it when
+last compared (a model that was too optimistic is not believed the next time either; the scale fades
+back to 1 by CALIBRATION_FORGET per decision, so a wrong "no" ends, and it also scales the exploring
+budget); if it says yes, the next few drafting steps refresh the record. While it drafts with no recent record of steps without drafting,
 REALIZED_MIN steps in PLAIN_EVERY do not, to make one (left alone the model drafted at 4 slots where
 drafting ran at 0.6-0.8x).
 """
@@ -76,12 +76,12 @@ GOOD_RATE = 0.9      # the upside: the speedup drafting would bring at this rate
 DECIDE_EVERY = 4     # the draft-or-not decision is re-evaluated every this many steps (estimates move slowly)
 KEEP_DRAFTING = 0.95 # while drafting, it stops only below this expected speedup
 REALIZED_DECAY = 0.9 # weight kept by older steps in each arm's realized seconds per step ...
-TOKENS_DECAY = 0.995 # ... and in its tokens per step (at T > 0 a drafting step emits 1-4 tokens: a short
+TOKENS_DECAY = 0.995 # ... and in its tokens per step (a drafting step emits 1 to n + 1 tokens: a short
                      # window's mean is too noisy to decide on) ...
 REALIZED_MIN = 2     # ... made of steps without drafting REALIZED_MIN in a row (below) ...
 REALIZED_STEPS = (4, 16)  # ... which decide once the plain record has this many steps and the drafting one
-                     # this many (a drafting step emits 1 to 9 tokens: a few of them said "stop" at 4 slots
-                     # where drafting paid 1.2x, and the answer then stood until the record went stale) ...
+                     # this many (a few unlucky drafting steps said "stop" at 4 slots where drafting paid
+                     # 1.2x, and the answer then stood until the record went stale) ...
 REALIZED_RECENT = 128  # ... the last of them within this many decisions
 PLAIN_EVERY = 16     # while drafting with no recent record of steps without it, REALIZED_MIN steps in this many do not draft
 CALIBRATION_FORGET = 1 / 1024  # share of the gap between the realized-over-model ratio and 1 forgotten per decision
@@ -123,10 +123,8 @@ class AcceptanceScheduler:
         self.last_decision: bool | None = None              # None: not worked out yet
         self.decided_for = (0, 0)                            # (slots, observations) it was worked out for
         self.n_observed = 0
-        # (slots, drafted) -> [seconds, steps (both decayed by REALIZED_DECAY), emitted tokens, steps (both
-        # decayed by TOKENS_DECAY), steps, decision of the last]: what steady drafting steps and steps without
-        # drafting achieved (module docstring)
-        self.realized: dict[tuple[int, bool], list] = {}
+        # (slots, drafted) -> what steady drafting steps and steps without drafting achieved (module docstring)
+        self.realized: dict[tuple[int, bool], RealizedRecord] = {}
         self.step_arm: tuple[int, bool] | None = None       # this step's (slots, drafted), None: not counted
         self.plain_check_at = -REALIZED_MIN                  # decision number where the last plain check began
         self.model_speedup = 1.0                             # the model's expected speedup at the last decision
@@ -173,13 +171,10 @@ class AcceptanceScheduler:
         self.elapsed += seconds
         arm, self.step_arm = self.step_arm, None
         if arm is not None and tokens > 0 and not with_prompt:
-            record = self.realized.setdefault(arm, [0.0, 0.0, 0.0, 0.0, 0, 0])
-            record[0] = REALIZED_DECAY * record[0] + seconds
-            record[1] = REALIZED_DECAY * record[1] + 1
-            record[2] = TOKENS_DECAY * record[2] + tokens
-            record[3] = TOKENS_DECAY * record[3] + 1
-            record[4] += 1
-            record[5] = self.n_decisions
+            record = self.realized.get(arm)
+            if record is None:
+                record = self.realized[arm] = RealizedRecord()
+            record.note(seconds, tokens, self.n_decisions)
         if not with_prompt:
             other = max(0.0, seconds - 1.0 / self.cost_table.steps_per_second(rows) - draft_seconds)
             arm = int(rows > base_rows)
@@ -264,7 +259,8 @@ class AcceptanceScheduler:
     def _plain_check(self, n_slots: int) -> bool:
         """Whether this drafting step stays plain to record what steps without drafting achieve."""
         plain = self.realized.get((n_slots, False))
-        if plain is not None and plain[4] >= REALIZED_STEPS[0] and self.n_decisions - plain[5] <= REALIZED_RECENT // 2:
+        if plain is not None and plain.steps >= REALIZED_STEPS[0] and \
+                self.n_decisions - plain.last <= REALIZED_RECENT // 2:
             return False
         since = self.n_decisions - self.plain_check_at
         if since < REALIZED_MIN:                # a check is REALIZED_MIN steps in a row
@@ -279,10 +275,10 @@ class AcceptanceScheduler:
         drafting steps at this slot count (seconds per step over tokens per step, each decayed at its own
         rate); None while either record is thin or old."""
         plain, drafted = self.realized.get((n_slots, False)), self.realized.get((n_slots, True))
-        if any(r is None or r[4] < REALIZED_STEPS[arm] or self.n_decisions - r[5] > REALIZED_RECENT
+        if any(r is None or r.steps < REALIZED_STEPS[arm] or self.n_decisions - r.last > REALIZED_RECENT
                for arm, r in enumerate((plain, drafted))):
             return None
-        return _seconds_per_token(plain) / _seconds_per_token(drafted)
+        return plain.seconds_per_token() / drafted.seconds_per_token()
 
     def _calibrated(self, n_slots: int, model_says: bool, threshold: float) -> bool:
         """The draft-or-not answer: what recent drafting and plain steps achieved, while both are recent;
@@ -368,6 +364,23 @@ class AcceptanceScheduler:
             self.tried[row] = DECAY * self.tried[row] + tried
 
 
-def _seconds_per_token(record: list) -> float:
-    """A realized record's seconds per step over its tokens per step."""
-    return (record[0] / record[1]) / (record[2] / record[3])
+
+class RealizedRecord:
+    """What one kind of step (slot count, drafted or not) achieved: seconds per step decayed by
+    REALIZED_DECAY, tokens per step by TOKENS_DECAY, how many steps, and the decision of the last."""
+    __slots__ = ("seconds", "seconds_weight", "tokens", "tokens_weight", "steps", "last")
+
+    def __init__(self):
+        self.seconds = self.seconds_weight = self.tokens = self.tokens_weight = 0.0
+        self.steps = self.last = 0
+
+    def note(self, seconds: float, tokens: int, decision: int) -> None:
+        self.seconds = REALIZED_DECAY * self.seconds + seconds
+        self.seconds_weight = REALIZED_DECAY * self.seconds_weight + 1
+        self.tokens = TOKENS_DECAY * self.tokens + tokens
+        self.tokens_weight = TOKENS_DECAY * self.tokens_weight + 1
+        self.steps += 1
+        self.last = decision
+
+    def seconds_per_token(self) -> float:
+        return (self.seconds / self.seconds_weight) / (self.tokens / self.tokens_weight)
