@@ -99,6 +99,7 @@ class DFlash(Proposer):
         self._mask_blocks: dict[tuple[int, int], np.ndarray] = {}
         self.drafter.quant = self.settings.quant_draft
         self.cache = self.drafter.new_cache(ctx.n_slots, ctx.max_ctx)
+        self.drafter.prepare_native_call()
         self.slots = [_SlotContext() for _ in range(ctx.n_slots)]
         self.deferred = DeferredBatches(ctx.n_slots, self._replay)
         self._check_confidence_options()
