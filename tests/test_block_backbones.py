@@ -5,6 +5,7 @@ import json
 
 import pytest
 import torch
+from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 
 from support.block_drafters import DRAFT_ARCHS, FORMATS, random_block_drafter, write_block_drafter
@@ -151,6 +152,10 @@ def test_saved_config_states_the_backbone(tmp_path, target_dir, draft_arch):
     assert (cfg["model_type"], cfg["attention_bias"], cfg["mlp_bias"]) == (draft_arch, draft_arch == "qwen2", False)
     config = read_block_drafter(out)
     assert (config.backbone.family, config.backbone_from) == (draft_arch, "config")
+    with safe_open(str(out / "model.safetensors"), "pt") as f:       # only the tiny confidence head in float32
+        dtypes = {name: f.get_slice(name).get_dtype() for name in f.keys()}
+    assert {n for n, d in dtypes.items() if d != "BF16"} == {n for n in dtypes if n.startswith("confidence_head.")}
+    assert "markov_head.markov_w2.weight" in dtypes
 
 
 @pytest.mark.parametrize("draft_arch", ["llama", "qwen2"])

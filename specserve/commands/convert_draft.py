@@ -24,8 +24,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", required=True, help="output folder")
     parser.add_argument("--layout", default="auto", choices=["auto", "bonus-anchor", "anchor-first"],
                         help="block layout to record (auto: detected from the checkpoint)")
-    parser.add_argument("--dtype", default="bfloat16", help="dtype of the written backbone weights "
-                                                            "(the Markov and confidence heads stay float32)")
+    parser.add_argument("--dtype", default="bfloat16", help="dtype of the written weights "
+                                                            "(the small confidence head stays float32)")
 
 
 def run(args) -> int:
