@@ -27,6 +27,12 @@ def test_every_drafter_is_shipped():
     assert set(shipped_drafters()) == set(STDLIB_CODER_DRAFTERS)
 
 
+def test_shipped_drafter_weights_stay_small():
+    """Every version of a shipped file stays in the repository's history: about 6 MB each at most."""
+    for folder, _ in STDLIB_CODER_DRAFTERS.values():
+        assert (folder / "model.safetensors").stat().st_size < 6.5e6, folder.name
+
+
 @pytest.mark.parametrize("spec_type", list(STDLIB_CODER_DRAFTERS))
 @pytest.mark.parametrize("quant", ["served", None])
 def test_bundled_drafter_is_accepted_and_lossless(baseline, spec_type, quant):
