@@ -143,7 +143,7 @@ def test_a_failing_request_ends_alone_with_500(server):
                       json={"prompt": FAULTY_PROMPT, "max_tokens": 50, "temperature": 1.0, "stream": True}) as s:
         events = list(data_events(s.iter_lines()))
     assert "internal error" in events[-1]["error"]["message"]
-    assert server.post("/completion", {"prompt": "for", "n_predict": 4}).json()["tokens_predicted"] == 4
+    assert server.post("/completion", {"prompt": "for", "n_predict": 4, "ignore_eos": True}).json()["tokens_predicted"] == 4
 
 
 def test_client_disconnect_frees_the_slot(server):
