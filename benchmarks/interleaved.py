@@ -9,7 +9,7 @@ repeat, and the table shows the fastest and the median repeat against the first 
 
 A configuration is SPEC[:QUANT[:N_MAX[:FLAGS[:OPTIONS]]]]: a spec type (`none` for no speculation), the
 drafter's --quant-draft (default: as the shipped drafter is served), --spec-draft-n-max (default: as
-served), and flags: `q` samples drafts (--spec-draft-sample; DFlash: --spec-dflash-sample sample),
+served; given, it is also the length for sampled requests), and flags: `q` samples drafts (--spec-draft-sample; DFlash: --spec-dflash-sample sample),
 `s` adds --spec-schedule, `t` serves the target with --quant q8; and other engine options as
 NAME=VALUE pairs separated by commas (spec_draft_p_min=0.5; draft_model=DIR serves another drafter
 folder with the shipped one's settings, e.g. a retrained one against the shipped one). A configuration written REV@... runs under
@@ -49,8 +49,9 @@ def build(config: str, n_parallel: int) -> LLM:
     options = code.served_options(spec) if drafter else {}
     if quant:
         options["quant_draft"] = None if quant == "none" else quant
-    if n_max:
+    if n_max:                                       # the one length, for greedy and sampled requests alike
         options["spec_draft_n_max"] = int(n_max)
+        options.pop("spec_draft_n_max_sampled", None)
     if "q" in flags and spec == "draft-dflash":        # drafts sampled, verified with their q
         options["spec_dflash_sample"] = "sample"
     elif "q" in flags:
