@@ -9,13 +9,13 @@ repeat, and the table shows the fastest and the median repeat against the first 
 
 A configuration is SPEC[:QUANT[:N_MAX[:FLAGS[:OPTIONS]]]]: a spec type (`none` for no speculation), the
 drafter's --quant-draft (default: as the shipped drafter is served), --spec-draft-n-max (default: as
-served; given, it is also the length for sampled requests), and flags: `q` samples drafts (--spec-draft-sample; DFlash: --spec-dflash-sample sample),
-`s` adds --spec-schedule, `t` serves the target with --quant q8; and other engine options as
-NAME=VALUE pairs separated by commas (spec_draft_p_min=0.5; draft_model=DIR serves another drafter
-folder with the shipped one's settings, e.g. a retrained one against the shipped one). A configuration written REV@... runs under
-git revision REV of the code (benchmarks/revisions.py): `HEAD~1@draft-dspark draft-dspark` measures
-what the last commit did to DSpark. At T=0 it also says whether each configuration's tokens equal the
-first one's.
+served; given, it is also the length for sampled requests), and flags: `q` samples drafts
+(--spec-draft-sample; DFlash: --spec-dflash-sample sample), `s` adds --spec-schedule, `t` serves the
+target with --quant q8; and other engine options as NAME=VALUE pairs separated by commas
+(spec_draft_p_min=0.5; draft_model=DIR serves another drafter folder with the shipped one's settings,
+e.g. a retrained one against the shipped one). A configuration written REV@... runs under git revision
+REV of the code (benchmarks/revisions.py): `HEAD~1@draft-dspark draft-dspark` measures what the last
+commit did to DSpark. At T=0 it also says whether each configuration's tokens equal the first one's.
 
     .venv/bin/python benchmarks/interleaved.py none draft-mtp draft-mtp:int8 draft-dspark::6:s
         [-T 0] [-np 1] [-n 128] [--repeats 3] [--sets code,free-text] [--out runs/interleaved.json]
