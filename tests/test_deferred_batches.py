@@ -10,7 +10,7 @@ from specserve.speculative.deferred_batches import LIMIT, DeferredBatches
 def _batch(step: int, slots: list[int]) -> TargetBatch:
     logits = torch.zeros(len(slots), 4096)
     return TargetBatch(StepBatch.build([(s, [step], step) for s in slots], [0]),
-                       ForwardOutput(logits, {1: torch.zeros(len(slots), 8)}, torch.zeros(len(slots), 8)))
+                       ForwardOutput(logits, torch.zeros(len(slots), 8), (1,), torch.zeros(len(slots), 8)))
 
 
 def test_each_slot_replays_its_own_segments_in_order_and_only_once():
@@ -19,8 +19,8 @@ def test_each_slot_replays_its_own_segments_in_order_and_only_once():
     for step in range(5):
         deferred.add(_batch(step, [0, 1] if step < 3 else [1, 2]))
     assert seen == []                                   # nothing replayed before a slot asks
-    assert deferred.kept[0].batch.out.logits is None    # what a drafter reads is kept, the logits are not
-    assert deferred.kept[0].batch.out.taps[1].shape == (2, 8)
+    kept = deferred.kept[0]                             # what a drafter reads is kept, the logits are not
+    assert not hasattr(kept, "logits") and kept.taps.shape == (2, 8) and kept.tap_layers == (1,)
     deferred.catch_up(1)
     assert seen == [(1, p) for p in range(5)]
     deferred.catch_up(1)                                # nothing new

@@ -9,6 +9,7 @@ from support.models import write_model
 from specserve import LLM, SamplingParams
 from specserve.models.step_batch import StepBatch
 from specserve.speculative.base import TargetBatch
+from specserve.speculative.deferred_batches import KeptBatch
 
 PROMPTS = [[5, 9, 12, 5, 9, 12, 5, 9], list(range(60, 130)), [7] * 12, [3, 1, 4, 1, 5, 9, 2, 6], [250, 251],
            [11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21]]
@@ -58,7 +59,7 @@ def _recompute_hidden_head(proposer, tokens, id_last, n):
     tcache = target.new_cache(1, 512)
     out = target.forward_step(StepBatch.build([(0, list(tokens), 0)], []), tcache,
                               taps=proposer.taps, want_final_hidden=proposer.needs_final_hidden)
-    feats = proposer.project(proposer.features(TargetBatch(StepBatch.build([(0, list(tokens), 0)], []), out)))
+    feats = proposer.project(proposer.features(KeptBatch(TargetBatch(StepBatch.build([(0, list(tokens), 0)], []), out))))
     rows = list(tokens[1:]) + [id_last]
     cache = head.new_cache(1, 512)
     n_rows = len(rows)

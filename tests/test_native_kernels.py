@@ -140,7 +140,7 @@ def test_native_forward_matches_pytorch(qwen3_pair):
         torch.testing.assert_close(ours.logits, ref.logits, atol=1e-4, rtol=1e-4)
         torch.testing.assert_close(ours.final_hidden, ref.final_hidden.float(), atol=1e-4, rtol=1e-4)
         for layer in (-1, 0, 1):
-            torch.testing.assert_close(ours.taps[layer], ref.taps[layer].float(), atol=1e-4, rtol=1e-4)
+            torch.testing.assert_close(ours.tap(layer), ref.tap(layer).float(), atol=1e-4, rtol=1e-4)
     assert native_cache.lengths[:3] == [40, 0, 10]
 
 

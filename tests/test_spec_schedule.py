@@ -15,6 +15,7 @@ from support.prompts import DRAFTER_PROMPTS, PI, TWO
 from specserve import LLM, SamplingParams
 from specserve.models.step_batch import StepBatch, split_by_length
 from specserve.speculative import registry
+from specserve.speculative import acceptance_schedule
 from specserve.speculative.acceptance_schedule import (DECIDE_EVERY, EXPLORE_EVERY, EXPLORE_SHARE, PLAIN_EVERY,
                                                        PRIOR, REALIZED_MIN, REALIZED_RECENT,
                                                        AcceptanceScheduler)
@@ -126,8 +127,10 @@ def test_what_drafting_achieves_has_the_last_word():
 
     first = run(2 * PLAIN_EVERY + 2 * DECIDE_EVERY + 2)
     plain = [i for i, d in enumerate(first) if not d]
-    # the model drafted, but for REALIZED_MIN plain steps in PLAIN_EVERY, until both records were long enough ...
-    assert plain[0] > PLAIN_EVERY // 2 and plain[1] == plain[0] + 1 and plain[2] == plain[0] + PLAIN_EVERY
+    # the model drafted, but for REALIZED_MIN plain steps in PLAIN_EVERY (the first after drafting not timed),
+    # until both records were long enough ...
+    assert plain[0] > PLAIN_EVERY // 2 and plain[1:REALIZED_MIN] == list(range(plain[0] + 1, plain[0] + REALIZED_MIN))
+    assert plain[REALIZED_MIN] == plain[0] + PLAIN_EVERY
     assert first[:plain[0]] == [slots] * plain[0] and len(plain) < len(first) // 2
     assert sched.realized_speedup(4) == pytest.approx((0.01 / 4) / (0.05 / 12))        # 0.6x
     assert first[-DECIDE_EVERY:] == [[]] * DECIDE_EVERY and sched.last_decision is False    # ... then stopped
@@ -312,6 +315,9 @@ def _config(models, spec_type):
                                        "draft-mtp", "draft-dflash"])
 def test_scheduled_speculation_is_lossless_for_every_type(models, spec_type, monkeypatch):
     monkeypatch.setitem(registry.REGISTRY, Oracle.name, Oracle)
+    # the model alone decides (from the cost table): timed steps of a tiny model are noise, and would make
+    # "some drafts verified" a matter of luck
+    monkeypatch.setattr(acceptance_schedule, "REALIZED_STEPS", (10 ** 9, 10 ** 9))
     model, extra = _config(models, spec_type)
     reference = [o.token_ids for o in LLM(model, n_parallel=3).generate(PROMPTS, GREEDY)]
     totals = {}

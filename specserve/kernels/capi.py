@@ -89,7 +89,7 @@ _SIGNATURES = {
     "ss_markov_table": (None, [c_void_p, c_void_p, c_int64, c_int64, c_void_p]),
     "ss_head_draft_chain": (c_int32, [POINTER(Model), POINTER(HeadChain), c_int64, c_void_p, c_void_p]),
 }
-ABI_VERSION = 2
+ABI_VERSION = 3
 
 
 def bind(path: str) -> ctypes.CDLL:

@@ -217,24 +217,21 @@ class NativeDecoder:
         logits = torch.empty(n_out, self.vocab, dtype=torch.float32) if n_out else None
         argmax = torch.empty(n_out, dtype=torch.int64) if n_out else None
         final = torch.empty(n, hidden, dtype=torch.float32) if want_final_hidden else None
-        tap_out = {}
+        tap_out, tap_layers = None, ()
         step.n_taps = len(taps)
         if taps:
             tap_layers, tap_ids = self._tap_layers(taps)
-            tap_rows = torch.empty(len(tap_layers), n, hidden, dtype=torch.float32).unbind(0)
-            tap_ptrs = (ctypes.c_void_p * len(tap_layers))(*[t.data_ptr() for t in tap_rows])
-            keep.append(tap_ptrs)
-            step.tap_layers, step.tap_out = ctypes.addressof(tap_ids), ctypes.addressof(tap_ptrs)
-            tap_out = dict(zip(tap_layers, tap_rows))
+            tap_out = torch.empty(n, len(tap_layers) * hidden, dtype=torch.float32)
+            step.tap_layers, step.tap_out = ctypes.addressof(tap_ids), tap_out.data_ptr()
         step.n_rows, step.tokens, step.n_out, step.out_rows = n, batch.tokens.data_ptr(), n_out, \
             batch.output_rows.data_ptr()
         step.logits, step.argmax, step.final_hidden = _ptr(logits), _ptr(argmax), _ptr(final)
-        return step, ForwardOutput(logits, tap_out, final, argmax)
+        return step, ForwardOutput(logits, tap_out, tap_layers, final, argmax)
 
-    def _tap_layers(self, taps) -> tuple[list[int], ctypes.Array]:
+    def _tap_layers(self, taps) -> tuple[tuple[int, ...], ctypes.Array]:
         """(sorted layers, their C array), kept per distinct set of taps."""
         key = tuple(taps)
         if key not in self._taps:
-            layers = sorted(taps)
+            layers = tuple(sorted(taps))
             self._taps[key] = (layers, (ctypes.c_int32 * len(layers))(*layers))
         return self._taps[key]

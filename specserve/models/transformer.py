@@ -378,7 +378,9 @@ class CausalLM(nn.Module):
         elif batch.output_rows.numel():
             rows = x.index_select(0, batch.output_rows)
             logits = self.logits(rms_norm(rows, self.model.norm.weight, eps))
-        return ForwardOutput(logits, out_taps, final)
+        tap_layers = tuple(sorted(out_taps))
+        tapped = torch.cat([out_taps[layer] for layer in tap_layers], dim=-1) if tap_layers else None
+        return ForwardOutput(logits, tapped, tap_layers, final)
 
     # ------------------------------------------------------------------ training / scoring forward
     def forward_full(self, tokens: torch.Tensor, taps=(), positions: torch.Tensor | None = None):

@@ -48,13 +48,15 @@ profiled once, at start-up. So what drafting actually achieves has the last word
 emitted token of steady drafting steps and of steps without drafting are kept per slot count (the
 seconds per step decayed fast, to follow the machine, the tokens per step slowly, since at T > 0 they
 vary a lot from step to step), and while both are recent (the last REALIZED_RECENT decisions) and long
-enough (REALIZED_STEPS) the yes-or-no follows them instead of the model. Once the drafting record is
+enough (REALIZED_STEPS) the yes-or-no follows them instead of the model (within REALIZED_BAND). Once the drafting record is
 stale the model decides again, its expected speedup scaled by what the records achieved over it when
 last compared (a model that was too optimistic is not believed the next time either; the scale fades
 back to 1 by CALIBRATION_FORGET per decision, so a wrong "no" ends, and it also scales the exploring
 budget); if it says yes, the next few drafting steps refresh the record. While it drafts with no recent record of steps without drafting,
 REALIZED_MIN steps in PLAIN_EVERY do not, to make one (left alone the model drafted at 4 slots where
-drafting ran at 0.6-0.8x).
+drafting ran at 0.6-0.8x); the first step without drafting after a drafting one is not timed (it runs on
+caches the draft call cooled). While drafting, each timed step is news: a "yes" is worked out again every
+DECIDE_EVERY steps even when no draft was verified (a drafter that finds nothing to draft).
 """
 from __future__ import annotations
 
@@ -74,11 +76,15 @@ EXPLORE_EVERY = 8    # while drafting does not pay, still draft after this many 
 EXPLORE_SHARE = 0.05 # ... spending at most this share of the time times the upside (below) on exploring
 GOOD_RATE = 0.9      # the upside: the speedup drafting would bring at this rate (a well predicted run), less 1
 DECIDE_EVERY = 4     # the draft-or-not decision is re-evaluated every this many steps (estimates move slowly)
-KEEP_DRAFTING = 0.95 # while drafting, it stops only below this expected speedup
+KEEP_DRAFTING = 0.95 # while drafting, it stops only below this expected speedup (the model's estimate) ...
+REALIZED_BAND = (1.0, 1.03)  # ... or below the first realized speedup, and starts only above the second (the
+                     # records are measured, but their plain steps, taken between drafting ones, run slower
+                     # than a stretch without drafting: at 4 slots and T=1, a band of 0.95-1.0 drafted on
+                     # where whole runs lost)
 REALIZED_DECAY = 0.9 # weight kept by older steps in each arm's realized seconds per step ...
 TOKENS_DECAY = 0.995 # ... and in its tokens per step (a drafting step emits 1 to n + 1 tokens: a short
                      # window's mean is too noisy to decide on) ...
-REALIZED_MIN = 2     # ... made of steps without drafting REALIZED_MIN in a row (below) ...
+REALIZED_MIN = 3     # ... made of steps without drafting REALIZED_MIN in a row (below; the first is not counted) ...
 REALIZED_STEPS = (4, 16)  # ... which decide once the plain record has this many steps and the drafting one
                      # this many (a few unlucky drafting steps said "stop" at 4 slots where drafting paid
                      # 1.2x, and the answer then stood until the record went stale) ...
@@ -122,7 +128,8 @@ class AcceptanceScheduler:
         self.explore_ready_at = 0.0                          # ... before which no exploration starts
         self.last_decision: bool | None = None              # None: not worked out yet
         self.decided_for = (0, 0)                            # (slots, observations) it was worked out for
-        self.n_observed = 0
+        self.n_observed = 0                                  # observations: verified drafts, and timed steps while drafting
+        self.drafted_last = False                            # the step before this one drafted
         # (slots, drafted) -> what steady drafting steps and steps without drafting achieved (module docstring)
         self.realized: dict[tuple[int, bool], RealizedRecord] = {}
         self.step_arm: tuple[int, bool] | None = None       # this step's (slots, drafted), None: not counted
@@ -175,6 +182,8 @@ class AcceptanceScheduler:
             if record is None:
                 record = self.realized[arm] = RealizedRecord()
             record.note(seconds, tokens, self.n_decisions)
+            if self.last_decision:          # what drafting achieves is news to a "yes" (a "no" waits to explore)
+                self.n_observed += 1
         if not with_prompt:
             other = max(0.0, seconds - 1.0 / self.cost_table.steps_per_second(rows) - draft_seconds)
             arm = int(rows > base_rows)
@@ -197,7 +206,8 @@ class AcceptanceScheduler:
             return False
         self.n_decisions += 1
         self.steady = False
-        self.step_arm = (n_slots, False)
+        self.step_arm = None if self.drafted_last else (n_slots, False)
+        self.drafted_last = False
         return True
 
     def _due(self, n_slots: int) -> str:
@@ -240,7 +250,7 @@ class AcceptanceScheduler:
             self.decided_for = (len(slots), self.n_observed)
             was = self.last_decision
             model_says = self._drafting_pays(slots, caps)
-            self.last_decision = self._calibrated(len(slots), model_says, KEEP_DRAFTING if was else 1.0)
+            self.last_decision = self._calibrated(len(slots), model_says, bool(was))
             self.draft_length = self.paying_length
             if not self.last_decision:
                 if was is not False:            # drafting just stopped paying: explore after EXPLORE_EVERY steps
@@ -251,9 +261,13 @@ class AcceptanceScheduler:
         self.steady = bool(chosen) and all(self.last_drafted[slots[i]] == self.n_decisions - 1 for i in chosen)
         for i in chosen:
             self.last_drafted[slots[i]] = self.n_decisions
-        # the realized record takes steps without drafting and steady steps drafting for every slot
-        counted = not chosen or (self.steady and len(chosen) == len(slots) and due != "explore")
+        # the realized record takes steady steps drafting for every slot, and steps without drafting but
+        # the first after a drafting one (it runs on caches the draft call cooled: at 4 slots and T=1 such
+        # steps cost 0.275 ms a token against 0.206 in a stretch without drafting, which favoured drafting)
+        counted = (not chosen and not self.drafted_last) or \
+            (self.steady and len(chosen) == len(slots) and due != "explore")
         self.step_arm = (len(slots), bool(chosen)) if counted else None
+        self.drafted_last = bool(chosen)
         return chosen
 
     def _plain_check(self, n_slots: int) -> bool:
@@ -280,7 +294,7 @@ class AcceptanceScheduler:
             return None
         return plain.seconds_per_token() / drafted.seconds_per_token()
 
-    def _calibrated(self, n_slots: int, model_says: bool, threshold: float) -> bool:
+    def _calibrated(self, n_slots: int, model_says: bool, drafting: bool) -> bool:
         """The draft-or-not answer: what recent drafting and plain steps achieved, while both are recent;
         after that the model's expected speedup times what they achieved over it when last compared (a
         model that promised 2x where drafting achieved 0.8x is not believed the next time either)."""
@@ -288,10 +302,10 @@ class AcceptanceScheduler:
         if realized is not None:
             ratio = min(max(realized / max(self.model_speedup, 1e-9), 0.1), 10.0)
             self.calibration[n_slots] = (ratio, self.n_decisions)
-            return realized > threshold
+            return realized > REALIZED_BAND[0 if drafting else 1]
         if n_slots not in self.calibration:
             return model_says
-        return self.model_speedup * self.calibration_ratio(n_slots) > threshold
+        return self.model_speedup * self.calibration_ratio(n_slots) > (KEEP_DRAFTING if drafting else 1.0)
 
     def calibration_ratio(self, n_slots: int) -> float:
         """Realized over expected speedup when last compared at this slot count, faded towards 1 by

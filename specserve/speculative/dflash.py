@@ -26,6 +26,7 @@ import torch
 from ..errors import OptionError
 from ..models.block_drafter import load_block_drafter
 from ..models.block_drafter_format import LAYOUTS
+from ..models.forward_output import tap_columns
 from ..option import Option, read_options
 from .base import Draft, DraftRequest, Proposer, ProposerContext, TargetBatch
 from .confidence_schedule import confident_prefix_lengths
@@ -125,14 +126,14 @@ class DFlash(Proposer):
     def _replay(self, kept: KeptBatch, seg, slot: int) -> None:
         """One batch's rows of one slot (DeferredBatches): a prompt chunk is context, a verified step the tail."""
         if kept.derived is None:
-            kept.derived = tuple(kept.batch.out.taps[layer] for layer in self.taps)
+            kept.derived = (tap_columns(kept.taps, kept.tap_layers, self.taps),)
         state = self.slots[slot]
         if seg.pos0 == 0:           # a new request in this slot
             self._reset(slot)
             state = self.slots[slot]
         state.flush_tail()
         rows = (seg.pos0, RowRange(kept.derived, seg.start, seg.n_rows))
-        if kept.batch.is_prompt.get(slot, False):
+        if kept.is_prompt.get(slot, False):
             state.pending.append(rows)
         else:
             state.tail, state.tail_kept = rows, 1

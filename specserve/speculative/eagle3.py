@@ -12,7 +12,9 @@ import torch
 
 from ..errors import OptionError
 from ..models.eagle3_format import load_eagle3
-from .base import ProposerContext, TargetBatch
+from ..models.forward_output import tap_columns
+from .base import ProposerContext
+from .deferred_batches import KeptBatch
 from .hidden_chain import HiddenChainProposer
 
 
@@ -33,11 +35,10 @@ class Eagle3Proposer(HiddenChainProposer):
         if self.head.opts.draft_vocab_size != self.target_vocab or bool(self.head.d2t.any()):
             self.id_map = self.head.target_ids()
 
-    def features(self, batch: TargetBatch) -> torch.Tensor:
-        out = batch.out
+    def features(self, kept: KeptBatch) -> torch.Tensor:
         if not self.head.opts.use_aux:
-            return out.final_hidden
-        return torch.cat([out.taps[t] for t in self.feature_taps], dim=-1)
+            return kept.final_hidden
+        return tap_columns(kept.taps, kept.tap_layers, self.feature_taps)
 
     def project(self, features: torch.Tensor) -> torch.Tensor:
         if not self.head.opts.use_aux:

@@ -100,8 +100,8 @@ class HiddenChainProposer(Proposer):
         self.target_vocab = ctx.target.config.vocab_size
 
     # subclasses -----------------------------------------------------------------
-    def features(self, batch: TargetBatch) -> torch.Tensor:
-        """[N, F] the target's features for every row of the target batch, as stored until a draft."""
+    def features(self, kept: KeptBatch) -> torch.Tensor:
+        """[N, F] the target's features for every row of a kept target batch, as stored until a draft."""
         raise NotImplementedError
 
     def project(self, features: torch.Tensor) -> torch.Tensor:
@@ -135,7 +135,7 @@ class HiddenChainProposer(Proposer):
         if st.broken:
             return
         if kept.derived is None:
-            kept.derived = (self.features(kept.batch), kept.batch.step.tokens.numpy())
+            kept.derived = (self.features(kept), kept.step.tokens.numpy())
         feats, tokens = kept.derived
         toks = tokens[seg.start:seg.start + seg.n_rows]
         rows = RowRange((feats,), seg.start, seg.n_rows)

@@ -11,7 +11,8 @@ from __future__ import annotations
 import torch
 
 from ..models.mtp_format import load_mtp_head
-from .base import ProposerContext, TargetBatch
+from .base import ProposerContext
+from .deferred_batches import KeptBatch
 from .hidden_chain import HiddenChainProposer
 
 
@@ -25,5 +26,5 @@ class MtpProposer(HiddenChainProposer):
         self.head.quant = self.settings.quant_draft
         self.cache = self.head.new_cache(ctx.n_slots, ctx.max_ctx)
 
-    def features(self, batch: TargetBatch) -> torch.Tensor:
-        return batch.out.final_hidden
+    def features(self, kept: KeptBatch) -> torch.Tensor:
+        return kept.final_hidden

@@ -69,9 +69,12 @@ Scratch& thread_scratch() {
     return s;
 }
 
-void copy_taps(const ss_step& step, int layer, const float* x, int64_t bytes) {
+void copy_taps(const ss_step& step, int layer, const float* x, int64_t hidden) {
+    const int64_t width = step.n_taps * hidden;
     for (int32_t i = 0; i < step.n_taps; i++)
-        if (step.tap_layers[i] == layer) std::memcpy(step.tap_out[i], x, bytes);
+        if (step.tap_layers[i] == layer)
+            for (int64_t r = 0; r < step.n_rows; r++)
+                std::memcpy(step.tap_out + r * width + i * hidden, x + r * hidden, hidden * sizeof(float));
 }
 
 }  // namespace
@@ -134,11 +137,10 @@ int32_t ss_model_forward(const ss_model* m, const ss_step* step) {
     Scratch& s = thread_scratch();
     float* x = scratch(s.x, n * hidden);
     embed_rows(*m, step->tokens, n, x);
-    const int64_t bytes = n * hidden * (int64_t)sizeof(float);
-    copy_taps(*step, -1, x, bytes);
+    copy_taps(*step, -1, x, hidden);
     for (int32_t l = 0; l < m->n_layers; l++) {
         layer_forward(*m, l, x, n, nullptr, 0, nullptr, step->attn);
-        copy_taps(*step, l, x, bytes);
+        copy_taps(*step, l, x, hidden);
     }
     if (step->final_hidden) rms_norm_rows(x, hidden, m->final_norm, step->final_hidden, hidden, n, hidden, m->eps);
     if (step->logits && step->n_out > 0) {

@@ -62,7 +62,7 @@ struct ss_step {
     ss_attn attn;
     int32_t n_taps;
     const int32_t* tap_layers;    // -1 = embedding output
-    float* const* tap_out;        // each [n_rows, hidden]
+    float* tap_out;               // [n_rows, n_taps * hidden]: tap i is column block i
     int64_t n_out;
     const int64_t* out_rows;
     float* logits;                // [n_out, vocab] or null
