@@ -8,8 +8,7 @@ from support.model_drafters import add_mtp, perturbed_copy, write_eagle3
 from support.models import write_model
 from specserve import LLM, SamplingParams
 from specserve.models.step_batch import StepBatch
-from specserve.speculative.base import TargetBatch
-from specserve.speculative.deferred_batches import KeptBatch
+from specserve.models.tap_store import FINAL
 
 PROMPTS = [[5, 9, 12, 5, 9, 12, 5, 9], list(range(60, 130)), [7] * 12, [3, 1, 4, 1, 5, 9, 2, 6], [250, 251],
            [11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21]]
@@ -59,7 +58,8 @@ def _recompute_hidden_head(proposer, tokens, id_last, n):
     tcache = target.new_cache(1, 512)
     out = target.forward_step(StepBatch.build([(0, list(tokens), 0)], []), tcache,
                               taps=proposer.taps, want_final_hidden=proposer.needs_final_hidden)
-    feats = proposer.project(proposer.features(KeptBatch(TargetBatch(StepBatch.build([(0, list(tokens), 0)], []), out))))
+    states = [out.final_hidden if layer == FINAL else out.tap(layer) for layer in proposer.feature_layers]
+    feats = proposer.project(torch.cat(states, dim=-1))
     rows = list(tokens[1:]) + [id_last]
     cache = head.new_cache(1, 512)
     n_rows = len(rows)

@@ -14,6 +14,7 @@ from support.prompts import DRAFTER_PROMPTS as PROMPTS
 from specserve import LLM, SamplingParams
 from specserve.errors import IncompatibleDraftError, ModelLoadError
 from specserve.models.eagle3_format import load_eagle3, target_layer_taps
+from specserve.models.tap_store import FINAL
 from specserve.models.step_batch import StepBatch
 from specserve.models.transformer import CausalLM
 
@@ -231,6 +232,6 @@ def test_head_without_aux_features_reads_the_final_hidden_state(tmp_path, target
     params = SamplingParams(temperature=0, max_tokens=16, ignore_eos=True)
     reference = [o.token_ids for o in LLM(target6).generate(PROMPTS, params)]
     llm = LLM(target6, spec_type="draft-eagle3", draft_model=d, n_parallel=2)
-    assert llm.engine.driver.needs_final_hidden
+    assert llm.engine.driver.store.layers == (FINAL,)          # the store keeps only the final state
     assert [o.token_ids for o in llm.generate(PROMPTS, params)] == reference
     assert llm.engine.driver.stats_dict()["draft-eagle3"]["n_gen_tokens"] > 0

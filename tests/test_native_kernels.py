@@ -13,6 +13,7 @@ from specserve.kernels import capi
 from specserve.kernels.packed import PackedLinear, gated_mlp_bias, gated_mlp_weight, quantize_int8
 from specserve.kernels.threads import default_threads
 from specserve.models.step_batch import StepBatch
+from specserve.models.tap_store import FINAL, TapStore
 from specserve.models.transformer import CausalLM
 from support.models import write_model
 
@@ -142,6 +143,33 @@ def test_native_forward_matches_pytorch(qwen3_pair):
         for layer in (-1, 0, 1):
             torch.testing.assert_close(ours.tap(layer), ref.tap(layer).float(), atol=1e-4, rtol=1e-4)
     assert native_cache.lengths[:3] == [40, 0, 10]
+
+
+def test_the_tap_store_holds_each_rows_states_at_its_slot_and_position(qwen3_pair):
+    """The engine's forward writes the taps and the final state into the store by (slot, position), on
+    both paths, the same values the forward returns per row; a later row at a position replaces the state
+    there (a rejected draft's row is rewritten by the next step's)."""
+    native, native_cache, reference, reference_cache = qwen3_pair
+    hidden = native.config.hidden_size
+    stores = [TapStore.for_drafters((1, -1), True, 4, 256, hidden) for _ in range(2)]
+    assert stores[0].layers == (-1, 1, FINAL)
+    prompt = torch.arange(3, 40)
+    steps = [StepBatch.build([(0, prompt, 0), (2, prompt[:9], 0)], [36, 44]),
+             StepBatch.build([(0, [5, 6, 7], 37), (2, [8], 9)], [0, 1, 2, 3]),
+             StepBatch.build([(0, [9], 38)], [0])]                  # position 38 again: rows 6, 7 rejected
+    for batch in steps:
+        out = [model.forward_step(batch, cache, store=store) for model, cache, store in
+               zip((native, reference), (native_cache, reference_cache), stores)]
+        assert out[0].taps is None and out[0].final_hidden is None
+        torch.testing.assert_close(out[0].logits, out[1].logits, atol=1e-4, rtol=1e-4)
+    for store in stores:          # what a per-row forward of the same committed rows returns
+        per_row = reference.forward_step(StepBatch.build([(0, list(range(3, 40)) + [5, 9], 0)], []),
+                                         reference.new_cache(1, 256), taps=(-1, 1), want_final_hidden=True)
+        torch.testing.assert_close(store.rows(0, 0, 39, (1,)), per_row.tap(1).float(), atol=1e-4, rtol=1e-4)
+        torch.testing.assert_close(store.rows(0, 0, 39, (FINAL, -1)),
+                                   torch.cat([per_row.final_hidden, per_row.tap(-1)], dim=-1).float(),
+                                   atol=1e-4, rtol=1e-4)
+        assert store.rows(2, 0, 10).shape == (10, 3 * hidden) and store.rows(2, 0, 10).is_contiguous()
 
 
 @pytest.mark.parametrize("head_dim", [40, 64, 128])

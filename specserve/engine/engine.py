@@ -3,7 +3,7 @@
 One `step()` runs ONE target forward for every active slot:
   1. the SpecDriver drafts for all generating slots at once;
   2. rows = [id_last, d_1..d_k] per generating slot + prompt chunks of new requests;
-  3. target forward (logits for the rows that need them, plus the taps drafters read);
+  3. target forward (logits for the rows that need them; the taps drafters read go to their store);
   4. the driver sees the batch (process), each slot verifies its draft, the cache is
      rolled back past rejected rows and the driver hears how many were accepted;
   5. emitted tokens go through EOS / stop-token / stop-string / length checks.
@@ -183,9 +183,9 @@ class Engine:
         generating = [r for r in active if r.state == State.GENERATING]
         drafts = self._draft(generating)
         work, batch, prompt_slots = self._plan(active, drafts)
-        out = self.target.forward_step(batch, self.cache, taps=self.driver.taps,
-                                       want_final_hidden=self.driver.needs_final_hidden)
-        self.driver.process(TargetBatch(batch, out, prompt_slots))
+        out = self.target.forward_step(batch, self.cache, store=self.driver.store)
+        if self.driver.processors:
+            self.driver.process(TargetBatch(batch, out, prompt_slots))
         self._commit(work, out)
         if generating:
             self.driver.step_done(time.perf_counter() - t_start, batch.n_tokens)

@@ -38,7 +38,7 @@ class Attention(ctypes.Structure):
 
 class Step(ctypes.Structure):
     _fields_ = [("n_rows", c_int64), ("tokens", c_void_p), ("attn", Attention), ("n_taps", c_int32),
-                ("tap_layers", c_void_p), ("tap_out", c_void_p), ("n_out", c_int64), ("out_rows", c_void_p),
+                ("tap_layers", c_void_p), ("tap_out", c_void_p), ("tap_slot_rows", c_int64), ("n_out", c_int64), ("out_rows", c_void_p),
                 ("logits", c_void_p), ("argmax", c_void_p), ("final_hidden", c_void_p)]
 
 
@@ -89,7 +89,7 @@ _SIGNATURES = {
     "ss_markov_table": (None, [c_void_p, c_void_p, c_int64, c_int64, c_void_p]),
     "ss_head_draft_chain": (c_int32, [POINTER(Model), POINTER(HeadChain), c_int64, c_void_p, c_void_p]),
 }
-ABI_VERSION = 3
+ABI_VERSION = 4
 
 
 def bind(path: str) -> ctypes.CDLL:

@@ -20,6 +20,7 @@ from .forward_output import ForwardOutput
 from .kv_cache import KVCache
 from .rope import RotaryEmbedding
 from .step_batch import StepBatch
+from .tap_store import TapStore
 
 
 _KV_CODES = {getattr(torch, name): code for name, code in capi.CACHE_TYPES.values()}
@@ -183,10 +184,12 @@ class NativeDecoder:
     def head(self) -> PackedLinear:
         return self.stack.head
 
-    def forward_step(self, batch: StepBatch, cache: KVCache, taps=(), want_final_hidden: bool = False):
-        """ForwardOutput with float32 logits, taps and final hidden state, and each output row's argmax."""
+    def forward_step(self, batch: StepBatch, cache: KVCache, taps=(), want_final_hidden: bool = False,
+                     store: TapStore | None = None):
+        """ForwardOutput with float32 logits, taps and final hidden state, and each output row's argmax;
+        with `store`, the rows' taps go there instead (tap_store.py)."""
         keep: list = []
-        step, out = self._step(batch, cache, taps, want_final_hidden, keep)
+        step, out = self._step(batch, cache, taps, want_final_hidden, keep, store)
         self.lib.ss_model_forward(self.stack.model_ref, ctypes.byref(step))
         commit_lengths(batch, cache)
         return out
@@ -204,7 +207,8 @@ class NativeDecoder:
             cache.lengths[seg.slot] = seg.pos0 + seg.n_rows + n_more
         return drafts
 
-    def _step(self, batch: StepBatch, cache: KVCache, taps, want_final_hidden: bool, keep: list):
+    def _step(self, batch: StepBatch, cache: KVCache, taps, want_final_hidden: bool, keep: list,
+              store: TapStore | None = None):
         """The C step struct of `batch` and the ForwardOutput its buffers fill; `keep` holds what it points into.
         One struct per decoder and thread, refilled: right after a forward every Python operation runs on cold
         caches, and the fields that change per step are few."""
@@ -218,8 +222,11 @@ class NativeDecoder:
         argmax = torch.empty(n_out, dtype=torch.int64) if n_out else None
         final = torch.empty(n, hidden, dtype=torch.float32) if want_final_hidden else None
         tap_out, tap_layers = None, ()
-        step.n_taps = len(taps)
-        if taps:
+        step.n_taps, step.tap_slot_rows = len(taps), 0
+        if store is not None:           # written in place: nothing to allocate
+            step.n_taps, step.tap_slot_rows = len(store.layers), store.capacity
+            step.tap_layers, step.tap_out = ctypes.addressof(store.c_layers), store.data.data_ptr()
+        elif taps:
             tap_layers, tap_ids = self._tap_layers(taps)
             tap_out = torch.empty(n, len(tap_layers) * hidden, dtype=torch.float32)
             step.tap_layers, step.tap_out = ctypes.addressof(tap_ids), tap_out.data_ptr()

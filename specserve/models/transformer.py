@@ -27,6 +27,7 @@ from .kv_cache import KVCache
 from .loader import Checkpoint, parse_dtype
 from .rope import RotaryEmbedding, apply_rope
 from .step_batch import MIN_ROWS, AttentionGroup, StepBatch
+from .tap_store import FINAL, TapStore
 from ..errors import ModelLoadError, OptionError
 from ..kernels import mode as kernels_mode
 from ..kernels import requested as kernels_requested
@@ -348,13 +349,17 @@ class CausalLM(nn.Module):
 
     # ------------------------------------------------------------------ serving forward
     def forward_step(self, batch: StepBatch, cache: KVCache, taps=(), want_final_hidden: bool = False,
-                     ) -> ForwardOutput:
-        """Rows of several slots through the model, reading and writing their cache.
+                     store: TapStore | None = None) -> ForwardOutput:
+        """Rows of several slots through the model, reading and writing their cache. With `store`, the
+        rows' states that the store keeps go there (by slot and position) instead of into the output.
 
         Linear layers run in the model dtype; q/k/v, RoPE, the cache and attention in float32.
         """
         if self.native is not None:
-            return self.native.forward_step(batch, cache, taps, want_final_hidden)
+            return self.native.forward_step(batch, cache, taps, want_final_hidden, store)
+        if store is not None:
+            taps = tuple(layer for layer in store.layers if layer != FINAL)
+            want_final_hidden = FINAL in store.layers
         cfg = self.config
         eps = cfg.rms_norm_eps
         batch.prepare(cfg.num_key_value_heads, cache.capacity, cfg.num_attention_heads // cfg.num_key_value_heads)
@@ -378,6 +383,9 @@ class CausalLM(nn.Module):
         elif batch.output_rows.numel():
             rows = x.index_select(0, batch.output_rows)
             logits = self.logits(rms_norm(rows, self.model.norm.weight, eps))
+        if store is not None:
+            store.write(batch.row_slots, batch.positions, {**out_taps, FINAL: final})
+            return ForwardOutput(logits)
         tap_layers = tuple(sorted(out_taps))
         tapped = torch.cat([out_taps[layer] for layer in tap_layers], dim=-1) if tap_layers else None
         return ForwardOutput(logits, tapped, tap_layers, final)

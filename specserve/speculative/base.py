@@ -4,7 +4,7 @@
 A new method is one file with a Proposer subclass plus one line in registry.py.
 The engine never calls a proposer directly; the SpecDriver does, in llama.cpp's order:
   begin(slot, prompt)      once per request, when its prompt has been processed
-  process(batch)           after every target forward (all slots' rows and taps)
+  process(batch)           after every target forward (all slots' rows; the taps are in `store`)
   draft(requests)          once per step for all slots that want a draft
   accept(slot, n, other)   after verifying a draft (other=True: another method drafted)
 """
@@ -17,6 +17,7 @@ import numpy as np
 import torch
 
 from ..models.step_batch import StepBatch
+from ..models.tap_store import TapStore
 from ..models.transformer import ForwardOutput
 from ..option import Option
 from .candidate_q import CandidateQ
@@ -78,6 +79,7 @@ class Proposer:
     needs_draft_model: ClassVar[bool] = False     # cannot run without a draft model folder (-md)
     taps: tuple[int, ...] = ()                    # target layers whose output the proposer reads
     needs_final_hidden: bool = False              # wants the target's final-normed hidden states
+    store: TapStore | None = None                 # where it reads them, by slot and position (build_driver)
 
     def __init__(self, ctx: ProposerContext):
         self.ctx = ctx

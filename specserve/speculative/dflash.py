@@ -2,10 +2,10 @@
 
 Per slot the proposer keeps the draft's context: the tap features of every committed target
 position, injected once as keys/values of every draft layer and kept in a static per-slot cache
-across steps. `process()` receives the taps of each target forward: prompt rows are committed
-at once; the rows [id_last, d_1..d_k] of a verification are held back until `accept(slot, n)`
-says that only id_last and the first n drafts were kept, so a rejected draft never enters the
-context. `draft()` then runs ONE draft forward for all requesting slots, each with a block of the
+across steps. The target's forward writes every row's taps into the tap store by slot and position
+(models/tap_store.py); at a draft, the slot's positions from its draft cache's length up to the
+anchor are committed (a rejected draft's row is past them), and go into the draft cache then.
+`draft()` runs ONE draft forward for all requesting slots, each with a block of the
 same size (the block-uniformity the Markov chain needs): the trained block, or the shorter draft
 length `--spec-schedule` expects to verify; the driver truncates each slot to its own cap
 afterwards. On the native kernels that forward, the lm_head over the draft rows, the Markov chain
@@ -18,7 +18,6 @@ class with a Markov chain and a confidence head.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field
 
 import numpy as np
 import torch
@@ -26,33 +25,15 @@ import torch
 from ..errors import OptionError
 from ..models.block_drafter import load_block_drafter
 from ..models.block_drafter_format import LAYOUTS
-from ..models.forward_output import tap_columns
 from ..option import Option, read_options
-from .base import Draft, DraftRequest, Proposer, ProposerContext, TargetBatch
+from .base import Draft, DraftRequest, Proposer, ProposerContext
 from .confidence_schedule import confident_prefix_lengths
-from .deferred_batches import DeferredBatches, KeptBatch
 from .draft_options import draft_settings
 from .markov_chain import BlockChain, draft_uniforms, run_block_chain
-from .row_range import RowRange
 
 log = logging.getLogger("specserve.speculative")
 
 SAMPLE_MODES = ("auto", "greedy", "sample")
-
-
-@dataclass
-class _SlotContext:
-    """Committed target taps not yet in the draft cache, and the last verification's rows, as
-    (first position, rows of the forward's taps)."""
-    pending: list[tuple[int, RowRange]] = field(default_factory=list)
-    tail: tuple[int, RowRange] | None = None
-    tail_kept: int = 1              # id_last is always committed; accept() adds the accepted drafts
-
-    def flush_tail(self) -> None:
-        if self.tail is not None:
-            pos0, rows = self.tail
-            self.pending.append((pos0, rows.part(0, self.tail_kept)))
-            self.tail = None
 
 
 class DFlash(Proposer):
@@ -101,8 +82,7 @@ class DFlash(Proposer):
         self.drafter.quant = self.settings.quant_draft
         self.cache = self.drafter.new_cache(ctx.n_slots, ctx.max_ctx)
         self.drafter.prepare_native_call()
-        self.slots = [_SlotContext() for _ in range(ctx.n_slots)]
-        self.deferred = DeferredBatches(ctx.n_slots, self._replay)
+        self._ctx_rows: list[torch.Tensor] = []     # the last call's context rows (copies must outlive the call)
         self._check_confidence_options()
 
     def _check_confidence_options(self) -> None:
@@ -111,75 +91,42 @@ class DFlash(Proposer):
     def max_draft(self) -> int:
         return self.n_draft
 
-    # ------------------------------------------------------------------ context bookkeeping
-    def _reset(self, slot: int) -> None:
-        self.slots[slot] = _SlotContext()
+    # ------------------------------------------------------------------ context
+    def begin(self, slot: int, prompt: np.ndarray) -> None:
+        # the prompt's taps are in the store; they enter the draft cache at the slot's first draft
         self.cache.clear(slot)
 
-    def begin(self, slot: int, prompt: np.ndarray) -> None:
-        # the prompt's features arrived through process() already (begin comes after the last chunk)
-        pass
-
-    def process(self, batch: TargetBatch) -> None:
-        self.deferred.add(batch)
-
-    def _replay(self, kept: KeptBatch, seg, slot: int) -> None:
-        """One batch's rows of one slot (DeferredBatches): a prompt chunk is context, a verified step the tail."""
-        if kept.derived is None:
-            kept.derived = (tap_columns(kept.taps, kept.tap_layers, self.taps),)
-        state = self.slots[slot]
-        if seg.pos0 == 0:           # a new request in this slot
-            self._reset(slot)
-            state = self.slots[slot]
-        state.flush_tail()
-        rows = (seg.pos0, RowRange(kept.derived, seg.start, seg.n_rows))
-        if kept.is_prompt.get(slot, False):
-            state.pending.append(rows)
-        else:
-            state.tail, state.tail_kept = rows, 1
-
-    def accept(self, slot: int, n_accepted: int, is_other: bool) -> None:
-        self.deferred.catch_up(slot)
-        self.slots[slot].tail_kept = 1 + n_accepted
-
     def release(self, slot: int) -> None:
-        self._reset(slot)
-        self.deferred.skip(slot)
+        self.cache.clear(slot)
 
-    def _new_context(self, req: DraftRequest) -> list[tuple[int, RowRange]] | None:
-        """The committed rows from the draft cache's length up to the anchor, or None if out of step."""
-        self.deferred.catch_up(req.slot)
-        state = self.slots[req.slot]
-        state.flush_tail()
-        expected = self.cache.length(req.slot)
-        for pos0, rows in state.pending:
-            if pos0 != expected:
-                break
-            expected += rows.n
-        if expected != req.pos0:
+    def _new_context(self, req: DraftRequest) -> int:
+        """Where the slot's new context rows start: the draft cache's length (the rows up to the anchor are
+        committed), or 0 after restarting a cache that is ahead of the anchor (out of step)."""
+        start = self.cache.length(req.slot)
+        if start > req.pos0:
             log.warning("%s: slot %d draft context out of step (%d rows for position %d); restarting it",
-                        self.name, req.slot, expected, req.pos0)
-            self._reset(req.slot)
-            return None
-        return state.pending
+                        self.name, req.slot, start, req.pos0)
+            self.cache.clear(req.slot)
+            return 0
+        return start
 
     # ------------------------------------------------------------------ drafting
-    def _context(self, chunks: list[tuple[int, int, RowRange]], native: bool):
-        """(features, slots [C], positions [C]) of the new context rows, or three Nones; the index arrays
-        in numpy (a draft call is short, and each small torch op costs µs). The features: for the native
-        call, where the target's forward wrote them (block_drafter.ContextParts); else [C, taps * H]."""
+    def _context(self, chunks: list[tuple[int, int, int]], native: bool):
+        """(features, slots [C], positions [C]) of the new context rows (slot, start, end), or three Nones;
+        the index arrays in numpy (a draft call is short, and each small torch op costs µs). The features:
+        for the native call, where they are (block_drafter.ContextParts); else [C, taps * H]."""
         if not chunks:
             return None, None, None
         if len(chunks) == 1:            # the steady state: one slot's last verified rows
-            slot, pos0, rows = chunks[0]
-            slots, positions = np.full(rows.n, slot), np.arange(pos0, pos0 + rows.n)
+            slot, start, end = chunks[0]
+            slots, positions = np.full(end - start, slot), np.arange(start, end)
         else:
-            slots = np.concatenate([np.full(rows.n, slot, dtype=np.int64) for slot, _, rows in chunks])
-            positions = np.concatenate([np.arange(pos0, pos0 + rows.n, dtype=np.int64) for _, pos0, rows in chunks])
+            slots = np.concatenate([np.full(end - start, slot, dtype=np.int64) for slot, start, end in chunks])
+            positions = np.concatenate([np.arange(start, end, dtype=np.int64) for _, start, end in chunks])
+        self._ctx_rows = [self.store.rows(slot, start, end, self.taps) for slot, start, end in chunks]
         if native:
-            return [(rows.n, rows.addresses()) for _, _, rows in chunks], slots, positions
-        per_tap = zip(*(rows.rows() for _, _, rows in chunks))
-        return torch.cat([torch.cat(rows) for rows in per_tap], dim=-1), slots, positions
+            return [(rows.shape[0], [rows.data_ptr()]) for rows in self._ctx_rows], slots, positions
+        return torch.cat(self._ctx_rows), slots, positions
 
     def draft(self, requests: list[DraftRequest]) -> dict[int, Draft]:
         n_sampled = min(self.n_draft, self.settings.n_max_sampled)
@@ -190,14 +137,11 @@ class DFlash(Proposer):
         return {**(self._draft_block(greedy, self.n_draft) if greedy else {}), **self._draft_block(sampled, n_sampled)}
 
     def _draft_block(self, requests: list[DraftRequest], block_drafts: int) -> dict[int, Draft]:
-        reqs, chunks = [], []
-        for req in requests:
-            pending = self._new_context(req)
-            if pending is not None:
-                reqs.append(req)
-                chunks += [(req.slot, pos0, rows) for pos0, rows in pending]
-        if not reqs:
-            return {}
+        reqs, chunks = list(requests), []
+        for req in reqs:
+            start = self._new_context(req)
+            if start < req.pos0:
+                chunks.append((req.slot, start, req.pos0))
         # a block no longer than the scheduler's draft length: fewer rows to draft (not the slots' own caps,
         # which differ between slots: a slot's drafts must not depend on the others in the batch)
         n_draft = min(block_drafts, reqs[0].n_scheduled) if reqs[0].n_scheduled > 0 else block_drafts
@@ -205,7 +149,6 @@ class DFlash(Proposer):
         hidden, chain = self._run_block(reqs, chunks, sampling, n_draft)
         for r in reqs:     # context committed up to the anchor; the block's rows are dropped (the crop)
             self.cache.lengths[r.slot] = r.pos0
-            self.slots[r.slot].pending = []
         confidence = self._confidence(hidden, chain)
         lengths = None if confidence is None else \
             self._choose_lengths(reqs, np.full(len(reqs), n_draft, dtype=np.int64), confidence)

@@ -14,6 +14,7 @@ from dataclasses import replace
 import numpy as np
 
 from .acceptance_schedule import AcceptanceScheduler
+from ..models.tap_store import TapStore
 from .base import Draft, DraftRequest, Proposer, ProposerContext, TargetBatch
 from .stats import ImplCounters
 from .step_cost import StepCostTable, profile_step_cost
@@ -25,7 +26,8 @@ class SpecDriver:
     """What the engine calls: begin (a prompt is in), draft, process (every target batch), verified
     (a slot's verdict), release (a slot freed), step_done (for the scheduler's step cost)."""
 
-    def __init__(self, proposers: list[Proposer], n_slots: int, scheduler: AcceptanceScheduler | None = None):
+    def __init__(self, proposers: list[Proposer], n_slots: int, scheduler: AcceptanceScheduler | None = None,
+                 store: TapStore | None = None):
         self.proposers = proposers
         self.counters = {p.name: ImplCounters() for p in proposers}
         self.last_impl: list[Proposer | None] = [None] * n_slots
@@ -36,8 +38,9 @@ class SpecDriver:
         self.rows_generating = 0                       # ... of which the generating slots' own
         self.draft_seconds = 0.0                       # ... and its draft call took
         self.step_tokens = 0                           # ... and the tokens its generating slots emitted
-        self.taps = tuple(sorted({t for p in proposers for t in p.taps}))
-        self.needs_final_hidden = any(p.needs_final_hidden for p in proposers)
+        self.store = store                             # where the target's forward writes what drafters read
+        # the proposers that look at every target batch (none of the shipped ones: they read the store)
+        self.processors = [p for p in proposers if type(p).process is not Proposer.process]
 
     @property
     def enabled(self) -> bool:
@@ -58,7 +61,7 @@ class SpecDriver:
             c.n_call_begin += 1
 
     def process(self, batch: TargetBatch) -> None:
-        for p in self.proposers:
+        for p in self.processors:
             p.process(batch)
 
     def skips_drafting(self, n_slots: int) -> bool:
@@ -193,6 +196,11 @@ def build_driver(spec_types: list[str], ctx: ProposerContext) -> SpecDriver:
     if not spec_types:
         return NullDriver(ctx.n_slots)
     proposers = [proposer_class(name)(ctx) for name in spec_types]
+    store = TapStore.for_drafters(tuple(t for p in proposers for t in p.taps),
+                                  any(p.needs_final_hidden for p in proposers),
+                                  ctx.n_slots, ctx.max_ctx, ctx.target.config.hidden_size)
+    for p in proposers:
+        p.store = store
     opts = ctx.options
     scheduler = None
     if opts.get("spec_schedule") or opts.get("spec_dspark_schedule"):
@@ -205,4 +213,4 @@ def build_driver(spec_types: list[str], ctx: ProposerContext) -> SpecDriver:
         # a model drafter's draft costs more the longer it is (n-gram lookups do not)
         scheduler = AcceptanceScheduler(ctx.n_slots, n_positions, table,
                                         choose_length=any(p.model_drafter for p in proposers))
-    return SpecDriver(proposers, ctx.n_slots, scheduler)
+    return SpecDriver(proposers, ctx.n_slots, scheduler, store)

@@ -3,7 +3,7 @@ docs/reference/llamacpp-speculative.md §5.6). `-md DIR` is the draft folder in 
 (models/eagle3_format.py) or a GGUF file.
 
 The head reads the residual stream at the target layers its checkpoint names (taps), projects
-them with `fc`, and chains on its own hidden state; the pending-row bookkeeping is shared with
+them with `fc`, and chains on its own hidden state; the bookkeeping is shared with
 draft-mtp (hidden_chain.py). Drafted ids of a reduced draft vocabulary are mapped with d2t.
 """
 from __future__ import annotations
@@ -12,9 +12,8 @@ import torch
 
 from ..errors import OptionError
 from ..models.eagle3_format import load_eagle3
-from ..models.forward_output import tap_columns
+from ..models.tap_store import FINAL
 from .base import ProposerContext
-from .deferred_batches import KeptBatch
 from .hidden_chain import HiddenChainProposer
 
 
@@ -27,18 +26,14 @@ class Eagle3Proposer(HiddenChainProposer):
         if not ctx.draft_model_dir:
             raise OptionError("--spec-type draft-eagle3 needs the EAGLE-3 draft: -md / --spec-draft-model DIR")
         self.head, taps = load_eagle3(ctx.draft_model_dir, ctx.target)
-        self.feature_taps = taps                     # concatenation order of the checkpoint
         self.taps = tuple(sorted(set(taps)))
         self.needs_final_hidden = not self.head.opts.use_aux
+        # the taps in the checkpoint's concatenation order, or the final state without aux taps
+        self.feature_layers = tuple(taps) if self.head.opts.use_aux else (FINAL,)
         self.head.quant = self.settings.quant_draft
         self.cache = self.head.new_cache(ctx.n_slots, ctx.max_ctx)
         if self.head.opts.draft_vocab_size != self.target_vocab or bool(self.head.d2t.any()):
             self.id_map = self.head.target_ids()
-
-    def features(self, kept: KeptBatch) -> torch.Tensor:
-        if not self.head.opts.use_aux:
-            return kept.final_hidden
-        return tap_columns(kept.taps, kept.tap_layers, self.feature_taps)
 
     def project(self, features: torch.Tensor) -> torch.Tensor:
         if not self.head.opts.use_aux:

@@ -3,16 +3,13 @@ docs/reference/llamacpp-speculative.md §5.7). The head is read from the target 
 `-md DIR`, a head-only folder merged over the target checkpoint (models/mtp_format.py).
 
 Each row pairs the next token with the target's final (post-norm) hidden state; chained
-steps reuse the one head and feed back its own post-norm output. The pending-row
-bookkeeping is shared with draft-eagle3 (hidden_chain.py).
+steps reuse the one head and feed back its own post-norm output. The bookkeeping is shared
+with draft-eagle3 (hidden_chain.py).
 """
 from __future__ import annotations
 
-import torch
-
 from ..models.mtp_format import load_mtp_head
 from .base import ProposerContext
-from .deferred_batches import KeptBatch
 from .hidden_chain import HiddenChainProposer
 
 
@@ -25,6 +22,3 @@ class MtpProposer(HiddenChainProposer):
         self.head = load_mtp_head(ctx.target, ctx.draft_model_dir)
         self.head.quant = self.settings.quant_draft
         self.cache = self.head.new_cache(ctx.n_slots, ctx.max_ctx)
-
-    def features(self, kept: KeptBatch) -> torch.Tensor:
-        return kept.final_hidden

@@ -62,19 +62,30 @@ float* scratch(std::vector<float>& buf, int64_t n) {
 }
 
 struct Scratch {
-    std::vector<float> qkv_in, qkv, ctx, hidden, act, x, normed;
+    std::vector<float> qkv_in, qkv, ctx, hidden, act, x, normed, final;
 };
 Scratch& thread_scratch() {
     static thread_local Scratch s;
     return s;
 }
 
+constexpr int32_t TAP_FINAL = -2;
+
+bool has_tap(const ss_step& step, int layer) {
+    for (int32_t i = 0; i < step.n_taps; i++)
+        if (step.tap_layers[i] == layer) return true;
+    return false;
+}
+
 void copy_taps(const ss_step& step, int layer, const float* x, int64_t hidden) {
     const int64_t width = step.n_taps * hidden;
-    for (int32_t i = 0; i < step.n_taps; i++)
-        if (step.tap_layers[i] == layer)
-            for (int64_t r = 0; r < step.n_rows; r++)
-                std::memcpy(step.tap_out + r * width + i * hidden, x + r * hidden, hidden * sizeof(float));
+    for (int32_t i = 0; i < step.n_taps; i++) {
+        if (step.tap_layers[i] != layer) continue;
+        for (int64_t r = 0; r < step.n_rows; r++) {
+            const int64_t row = step.tap_slot_rows ? step.attn.row_slot[r] * step.tap_slot_rows + step.attn.row_pos[r] : r;
+            std::memcpy(step.tap_out + row * width + i * hidden, x + r * hidden, hidden * sizeof(float));
+        }
+    }
 }
 
 }  // namespace
@@ -142,12 +153,16 @@ int32_t ss_model_forward(const ss_model* m, const ss_step* step) {
         layer_forward(*m, l, x, n, nullptr, 0, nullptr, step->attn);
         copy_taps(*step, l, x, hidden);
     }
-    if (step->final_hidden) rms_norm_rows(x, hidden, m->final_norm, step->final_hidden, hidden, n, hidden, m->eps);
+    float* final = step->final_hidden;
+    const bool final_tap = has_tap(*step, TAP_FINAL);
+    if (!final && final_tap) final = scratch(s.final, n * hidden);
+    if (final) rms_norm_rows(x, hidden, m->final_norm, final, hidden, n, hidden, m->eps);
+    if (final_tap) copy_taps(*step, TAP_FINAL, final, hidden);
     if (step->logits && step->n_out > 0) {
         float* rows = scratch(s.normed, step->n_out * hidden);
         for (int64_t i = 0; i < step->n_out; i++) {
             const int64_t r = step->out_rows[i];
-            if (step->final_hidden) std::memcpy(rows + i * hidden, step->final_hidden + r * hidden, hidden * 4);
+            if (final) std::memcpy(rows + i * hidden, final + r * hidden, hidden * 4);
             else rms_norm_rows(x + r * hidden, hidden, m->final_norm, rows + i * hidden, hidden, 1, hidden, m->eps);
         }
         gemm(m->head, rows, step->n_out, hidden, step->logits, m->vocab, SS_OUT_STORE);

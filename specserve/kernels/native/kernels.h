@@ -61,8 +61,11 @@ struct ss_step {
     const int64_t* tokens;    // [n_rows]
     ss_attn attn;
     int32_t n_taps;
-    const int32_t* tap_layers;    // -1 = embedding output
-    float* tap_out;               // [n_rows, n_taps * hidden]: tap i is column block i
+    const int32_t* tap_layers;    // -1 = embedding output, -2 = the final normed state
+    // tap i of row r is column block i of row r of [n_rows, n_taps * hidden] (tap_slot_rows 0), or of row
+    // row_slot[r] * tap_slot_rows + row_pos[r] of a per-slot store [slots, tap_slot_rows, n_taps * hidden]
+    float* tap_out;
+    int64_t tap_slot_rows;
     int64_t n_out;
     const int64_t* out_rows;
     float* logits;                // [n_out, vocab] or null
