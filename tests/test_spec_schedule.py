@@ -132,7 +132,9 @@ def test_what_drafting_achieves_has_the_last_word():
     assert plain[0] > PLAIN_EVERY // 2 and plain[1:REALIZED_MIN] == list(range(plain[0] + 1, plain[0] + REALIZED_MIN))
     assert plain[REALIZED_MIN] == plain[0] + PLAIN_EVERY
     assert first[:plain[0]] == [slots] * plain[0] and len(plain) < len(first) // 2
-    assert sched.realized_speedup(4) == pytest.approx((0.01 / 4) / (0.05 / 12))        # 0.6x
+    # the drafting record is every step of the "yes", its plain checks included: between 0.6x (drafting steps
+    # alone) and 1
+    assert (0.01 / 4) / (0.05 / 12) < sched.realized_speedup(4) < 0.8
     assert first[-DECIDE_EVERY:] == [[]] * DECIDE_EVERY and sched.last_decision is False    # ... then stopped
     # once the record is stale the model decides again, scaled by the 0.6x achieved where it promised more:
     # still no; drafting for every slot comes back only as that scale fades, and timing says no again
@@ -189,9 +191,9 @@ def test_an_exploring_step_spaces_the_next_by_what_it_cost():
     # exploring spends at most EXPLORE_SHARE x upside (<= 1) of the time: 20 steps' cost every >= 200 steps
     assert sched.upside > 0 and len(explored_at) >= 2
     assert np.all(np.diff(explored_at) >= 20 / (EXPLORE_SHARE * min(sched.upside, 1.0)) - 1)
-    # a step with prompt rows (a new request's chunk) says nothing about the per-step cost
+    # a step with prompt rows (a new request's chunk) or one that ended a request says nothing about the per-step cost
     other = list(sched.other)
-    sched.note_step(1.0, 4, 4, 0.0, with_prompt=True)
+    sched.note_step(1.0, 4, 4, 0.0, irregular=True)
     assert sched.other == other
 
 

@@ -188,7 +188,7 @@ class Engine:
             self.driver.process(TargetBatch(batch, out, prompt_slots))
         self._commit(work, out)
         if generating:
-            self.driver.step_done(time.perf_counter() - t_start, batch.n_tokens)
+            self.driver.step_done(time.perf_counter() - t_start, batch.n_tokens, any(r.finished for r in generating))
 
     def _draft(self, generating: list[Request]) -> dict[int, Draft]:
         """Drafts for the generating slots, each capped by its context and max_tokens."""

@@ -45,9 +45,9 @@ A step whose answer is a reused "no" is known before the slots' draft requests a
 
 The model's inputs are timings, and on a shared or throttled machine they drift: the cost table is
 profiled once, at start-up. So what drafting actually achieves has the last word: the seconds per
-emitted token of steady drafting steps and of steps without drafting are kept per slot count (the
-seconds per step decayed fast, to follow the machine, the tokens per step slowly, since at T > 0 they
-vary a lot from step to step), and while both are recent (the last REALIZED_RECENT decisions) and long
+emitted token of every step while the answer is "yes" (drafting steps, the steps after a pause that
+catch the drafter up, the plain checks: all of them are what drafting costs) and of steps without
+drafting are kept per slot count (decayed sums of seconds and tokens), and while both are recent (the last REALIZED_RECENT decisions) and long
 enough (REALIZED_STEPS) the yes-or-no follows them instead of the model (within REALIZED_BAND). Once the drafting record is
 stale the model decides again, its expected speedup scaled by what the records achieved over it when
 last compared (a model that was too optimistic is not believed the next time either; the scale fades
@@ -56,7 +56,8 @@ budget); if it says yes, the next few drafting steps refresh the record. While i
 REALIZED_MIN steps in PLAIN_EVERY do not, to make one (left alone the model drafted at 4 slots where
 drafting ran at 0.6-0.8x); the first step without drafting after a drafting one is not timed (it runs on
 caches the draft call cooled). While drafting, each timed step is news: a "yes" is worked out again every
-DECIDE_EVERY steps even when no draft was verified (a drafter that finds nothing to draft).
+DECIDE_EVERY steps even when no draft was verified (a drafter that finds nothing to draft). The
+exploring budget is also scaled by what explorations found (`upside_seen`).
 """
 from __future__ import annotations
 
@@ -74,16 +75,21 @@ PRIOR_WEIGHT = 2.0   # ... worth this many observations
 DECAY = 0.97         # weight kept by older observations at each verification of the slot
 EXPLORE_EVERY = 8    # while drafting does not pay, still draft after this many steps (fresh estimates), ...
 EXPLORE_SHARE = 0.05 # ... spending at most this share of the time times the upside (below) on exploring
-GOOD_RATE = 0.9      # the upside: the speedup drafting would bring at this rate (a well predicted run), less 1
+GOOD_RATE = 0.9      # the upside: the speedup drafting would bring at this rate (a well predicted run), less 1 ...
+EXPLORE_DECAY = 0.8  # ... scaled by what explorations found (upside_seen), each older one weighing this much less ...
+EXPLORE_FLOOR = 0.1  # ... but not below this
 DECIDE_EVERY = 4     # the draft-or-not decision is re-evaluated every this many steps (estimates move slowly)
 KEEP_DRAFTING = 0.95 # while drafting, it stops only below this expected speedup (the model's estimate) ...
 REALIZED_BAND = (1.0, 1.03)  # ... or below the first realized speedup, and starts only above the second (the
                      # records are measured, but their plain steps, taken between drafting ones, run slower
                      # than a stretch without drafting: at 4 slots and T=1, a band of 0.95-1.0 drafted on
                      # where whole runs lost)
-REALIZED_DECAY = 0.9 # weight kept by older steps in each arm's realized seconds per step ...
-TOKENS_DECAY = 0.995 # ... and in its tokens per step (a drafting step emits 1 to n + 1 tokens: a short
-                     # window's mean is too noisy to decide on) ...
+REALIZED_DECAY = 0.995  # weight kept by older steps in each record's seconds and tokens (one window for both:
+                     # the drafting record mixes drafting steps, plain checks and catch-ups, whose seconds and
+                     # tokens differ together; seconds decayed by 0.9 and tokens by 0.995 judged drafting at one
+                     # slot 0.87-0.94x where it ran 1.17x; and a window of a few hundred steps, since at T > 0
+                     # acceptance differs from request to request: with 0.98 a poorly predicted request stopped
+                     # drafting at one slot, and the "no" held into the next) ...
 REALIZED_MIN = 3     # ... made of steps without drafting REALIZED_MIN in a row (below; the first is not counted) ...
 REALIZED_STEPS = (4, 16)  # ... which decide once the plain record has this many steps and the drafting one
                      # this many (a few unlucky drafting steps said "stop" at 4 slots where drafting paid
@@ -132,7 +138,9 @@ class AcceptanceScheduler:
         self.drafted_last = False                            # the step before this one drafted
         # (slots, drafted) -> what steady drafting steps and steps without drafting achieved (module docstring)
         self.realized: dict[tuple[int, bool], RealizedRecord] = {}
-        self.step_arm: tuple[int, bool] | None = None       # this step's (slots, drafted), None: not counted
+        self.step_arms: tuple = ()                           # the records this step counts in: (slots, drafting)
+        self.explored_slot = -1                              # the slot the last exploring step drafted for
+        self.explore_seen = [GOOD_RATE, 1.0]                 # decayed draft tokens accepted / tried when exploring
         self.plain_check_at = -REALIZED_MIN                  # decision number where the last plain check began
         self.model_speedup = 1.0                             # the model's expected speedup at the last decision
         self.calibration: dict[int, tuple] = {}              # slots -> (realized over model speedup, decision)
@@ -169,22 +177,25 @@ class AcceptanceScheduler:
         return self.draft_cost.seconds(n_slots, self.n_positions if length is None else length)
 
     def note_step(self, seconds: float, rows: int, base_rows: int, draft_seconds: float,
-                  with_prompt: bool = False, tokens: int = 0) -> None:
+                  irregular: bool = False, tokens: int = 0) -> None:
         """A whole engine step took `seconds`: `rows` verified rows, `base_rows` of them the slots' own,
         `draft_seconds` drafting, and the generating slots emitted `tokens`. What the forward and the
         drafting do not explain (sampling, verification, streaming) is a fixed cost per step, learnt
-        from steps without prompt rows (their forward is longer than the table's); what an exploring
-        step cost beyond a plain one spaces the next exploration."""
+        from regular steps, as are the realized records: an `irregular` step had prompt rows (its forward
+        is longer than the table's) or ended a request (its text and callbacks; a request's last step
+        never drafts, so at 4 slots and T=1 those steps made plain steps look 20 % dearer than they are).
+        What an exploring step cost beyond a plain one spaces the next exploration."""
         self.elapsed += seconds
-        arm, self.step_arm = self.step_arm, None
-        if arm is not None and tokens > 0 and not with_prompt:
-            record = self.realized.get(arm)
-            if record is None:
-                record = self.realized[arm] = RealizedRecord()
-            record.note(seconds, tokens, self.n_decisions)
-            if self.last_decision:          # what drafting achieves is news to a "yes" (a "no" waits to explore)
+        arms, self.step_arms = self.step_arms, ()
+        if tokens > 0 and not irregular:
+            for arm in arms:
+                record = self.realized.get(arm)
+                if record is None:
+                    record = self.realized[arm] = RealizedRecord()
+                record.note(seconds, tokens, self.n_decisions)
+            if arms and self.last_decision:     # what drafting achieves is news to a "yes" (a "no" waits to explore)
                 self.n_observed += 1
-        if not with_prompt:
+        if not irregular:
             other = max(0.0, seconds - 1.0 / self.cost_table.steps_per_second(rows) - draft_seconds)
             arm = int(rows > base_rows)
             mean = self.other[arm]
@@ -192,9 +203,11 @@ class AcceptanceScheduler:
             self.other[arm] = (1 - weight) * mean + weight * other
         if self.exploring:
             plain = 1.0 / self.cost_table.steps_per_second(base_rows) + self.other_seconds(False)
-            cost = draft_seconds if with_prompt else max(0.0, seconds - plain)
-            # (an upside the realized records did not bear out buys proportionally less exploring)
-            budget = EXPLORE_SHARE * min(self.upside, 1.0) * self.calibration_ratio(self.decided_for[0])
+            cost = draft_seconds if irregular else max(0.0, seconds - plain)
+            # (an upside the realized records did not bear out buys proportionally less exploring, and so does
+            # one that explorations did not find)
+            budget = EXPLORE_SHARE * min(self.upside, 1.0) * self.calibration_ratio(self.decided_for[0]) * \
+                self.upside_seen()
             self.explore_ready_at = self.elapsed + cost / budget if budget > 0 else float("inf")
             self.exploring = False
 
@@ -206,7 +219,7 @@ class AcceptanceScheduler:
             return False
         self.n_decisions += 1
         self.steady = False
-        self.step_arm = None if self.drafted_last else (n_slots, False)
+        self.step_arms = () if self.drafted_last else ((n_slots, False),)
         self.drafted_last = False
         return True
 
@@ -244,6 +257,7 @@ class AcceptanceScheduler:
             self.exploring = True
             self.draft_length = self.upside_length      # as far as would pay in well predicted text
             chosen = [max(range(len(slots)), key=lambda i: self.last_drafted[slots[i]])]
+            self.explored_slot = slots[chosen[0]]
         elif due == "reuse":
             chosen = chosen if self.last_decision and not self._plain_check(len(slots)) else []
         else:
@@ -261,12 +275,16 @@ class AcceptanceScheduler:
         self.steady = bool(chosen) and all(self.last_drafted[slots[i]] == self.n_decisions - 1 for i in chosen)
         for i in chosen:
             self.last_drafted[slots[i]] = self.n_decisions
-        # the realized record takes steady steps drafting for every slot, and steps without drafting but
-        # the first after a drafting one (it runs on caches the draft call cooled: at 4 slots and T=1 such
-        # steps cost 0.275 ms a token against 0.206 in a stretch without drafting, which favoured drafting)
-        counted = (not chosen and not self.drafted_last) or \
-            (self.steady and len(chosen) == len(slots) and due != "explore")
-        self.step_arm = (len(slots), bool(chosen)) if counted else None
+        # the realized records (module docstring): every step of a "yes" (its plain checks, the catch-up after
+        # them and a new request's first draft, which reads its prompt, included: they are what drafting
+        # costs), and steps without drafting but the first after a drafting one (it runs on caches the draft
+        # call cooled: at 4 slots and T=1 such steps cost 0.275 ms a token against 0.206 in a stretch without
+        # drafting)
+        n = len(slots)
+        arms = [(n, True)] if self.last_decision and due in ("reuse", "decide") else []
+        if not chosen and not self.drafted_last and due != "measure":
+            arms.append((n, False))
+        self.step_arms = tuple(arms)
         self.drafted_last = bool(chosen)
         return chosen
 
@@ -306,6 +324,14 @@ class AcceptanceScheduler:
         if n_slots not in self.calibration:
             return model_says
         return self.model_speedup * self.calibration_ratio(n_slots) > (KEEP_DRAFTING if drafting else 1.0)
+
+    def upside_seen(self) -> float:
+        """How much of the upside explorations found: the chance that a draft of the exploring length is
+        accepted whole at the rate they saw, over that chance at GOOD_RATE (at most 1, at least
+        EXPLORE_FLOOR: where text is never that well predicted, as at 4 slots and T=1, exploring spends
+        little, but never stops)."""
+        rate = self.explore_seen[0] / self.explore_seen[1]
+        return min(1.0, max(EXPLORE_FLOOR, (rate / GOOD_RATE) ** self.upside_length))
 
     def calibration_ratio(self, n_slots: int) -> float:
         """Realized over expected speedup when last compared at this slot count, faded towards 1 by
@@ -373,6 +399,9 @@ class AcceptanceScheduler:
 
     def _update(self, slot: int, accepted: int, tried: int) -> None:
         self.n_observed += 1
+        if self.exploring and slot == self.explored_slot:
+            seen = self.explore_seen
+            seen[0], seen[1] = EXPLORE_DECAY * seen[0] + accepted, EXPLORE_DECAY * seen[1] + tried
         for row in (slot, self.pool[slot]):
             self.accepted[row] = DECAY * self.accepted[row] + accepted
             self.tried[row] = DECAY * self.tried[row] + tried
@@ -380,21 +409,19 @@ class AcceptanceScheduler:
 
 
 class RealizedRecord:
-    """What one kind of step (slot count, drafted or not) achieved: seconds per step decayed by
-    REALIZED_DECAY, tokens per step by TOKENS_DECAY, how many steps, and the decision of the last."""
-    __slots__ = ("seconds", "seconds_weight", "tokens", "tokens_weight", "steps", "last")
+    """What one kind of step (slot count, drafted or not) achieved: seconds and tokens decayed by
+    REALIZED_DECAY, how many steps, and the decision of the last."""
+    __slots__ = ("seconds", "tokens", "steps", "last")
 
     def __init__(self):
-        self.seconds = self.seconds_weight = self.tokens = self.tokens_weight = 0.0
+        self.seconds = self.tokens = 0.0
         self.steps = self.last = 0
 
     def note(self, seconds: float, tokens: int, decision: int) -> None:
         self.seconds = REALIZED_DECAY * self.seconds + seconds
-        self.seconds_weight = REALIZED_DECAY * self.seconds_weight + 1
-        self.tokens = TOKENS_DECAY * self.tokens + tokens
-        self.tokens_weight = TOKENS_DECAY * self.tokens_weight + 1
+        self.tokens = REALIZED_DECAY * self.tokens + tokens
         self.steps += 1
         self.last = decision
 
     def seconds_per_token(self) -> float:
-        return (self.seconds / self.seconds_weight) / (self.tokens / self.tokens_weight)
+        return self.seconds / self.tokens

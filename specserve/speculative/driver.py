@@ -137,12 +137,12 @@ class SpecDriver:
             else:
                 won[slot] = (p, d.truncate(n))
 
-    def step_done(self, seconds: float, rows: int) -> None:
+    def step_done(self, seconds: float, rows: int, finished: bool = False) -> None:
         """The engine finished a step with generating slots, a forward of `rows` rows (prompt chunks
-        included), for --spec-schedule's cost of a step."""
+        included) in which a request ended (`finished`) or not, for --spec-schedule's cost of a step."""
         if self.scheduler is not None:
             self.scheduler.note_step(seconds, self.rows_verified, self.rows_generating, self.draft_seconds,
-                                     with_prompt=rows > self.rows_verified, tokens=self.step_tokens)
+                                     irregular=rows > self.rows_verified or finished, tokens=self.step_tokens)
 
     def verified(self, slot: int, n_drafted: int, n_accepted: int, first_emitted: int) -> None:
         """A generating slot was verified: n_accepted of its n_drafted tokens were kept, and the target's
