@@ -97,6 +97,9 @@ REALIZED_STEPS = (4, 16)  # ... which decide once the plain record has this many
 REALIZED_RECENT = 128  # ... the last of them within this many decisions
 PLAIN_EVERY = 16     # while drafting with no recent record of steps without it, REALIZED_MIN steps in this many do not draft
 CALIBRATION_FORGET = 1 / 1024  # share of the gap between the realized-over-model ratio and 1 forgotten per decision
+RESTART = 1.15       # a calibrated estimate above this starts drafting again once the records are stale (the
+                     # estimate moves by 10-20 % with the rates' noise: at 1.0, a 4-slot engine at T=1 tried
+                     # drafting again every ~250 decisions, each try first catching every slot up)
 
 
 class AcceptanceScheduler:
@@ -323,7 +326,7 @@ class AcceptanceScheduler:
             return realized > REALIZED_BAND[0 if drafting else 1]
         if n_slots not in self.calibration:
             return model_says
-        return self.model_speedup * self.calibration_ratio(n_slots) > (KEEP_DRAFTING if drafting else 1.0)
+        return self.model_speedup * self.calibration_ratio(n_slots) > (KEEP_DRAFTING if drafting else RESTART)
 
     def upside_seen(self) -> float:
         """How much of the upside explorations found: the chance that a draft of the exploring length is

@@ -16,8 +16,6 @@ when a draft feeds them, by the native chain itself where it runs as one call.
 """
 from __future__ import annotations
 
-import logging
-
 import numpy as np
 import torch
 
@@ -26,8 +24,6 @@ from ..models.tap_store import FINAL
 from .base import Draft, DraftRequest, Proposer, ProposerContext
 from .draft_chain import ChainRows, one_call_chain, run_chain
 from .draft_options import draft_settings
-
-log = logging.getLogger("specserve.speculative")
 
 
 class HiddenChainProposer(Proposer):
@@ -55,16 +51,10 @@ class HiddenChainProposer(Proposer):
         """(logits of the output rows [n_out, V or Vd], next hidden of the output rows)."""
         return self.head.forward_step(batch, hidden, self.cache)
 
-    def clear_cache(self, slot: int) -> None:
-        self.cache.clear(slot)
-
-    def truncate_cache(self, slot: int, length: int) -> None:
-        self.cache.truncate(slot, length)
-
     # Proposer -------------------------------------------------------------------
     def begin(self, slot: int, prompt: np.ndarray) -> None:
         self.fed[slot] = 0
-        self.clear_cache(slot)
+        self.cache.clear(slot)
 
     def draft(self, requests: list[DraftRequest]) -> dict[int, Draft]:
         first, one_call = [], self._one_call()
@@ -74,7 +64,7 @@ class HiddenChainProposer(Proposer):
                 continue
             slot = req.slot
             start = min(self.fed[slot], req.pos0 - 1, self.cache.length(slot))
-            self.truncate_cache(slot, start)
+            self.cache.truncate(slot, start)
             tokens = np.concatenate([req.tokens[start + 1:req.pos0], np.array([req.id_last], dtype=np.int64)])
             hidden = self.store.rows(slot, start, req.pos0, self.feature_layers)
             if project is not None:
@@ -97,7 +87,7 @@ class HiddenChainProposer(Proposer):
 
     def release(self, slot: int) -> None:
         self.fed[slot] = 0
-        self.clear_cache(slot)
+        self.cache.clear(slot)
 
     def max_draft(self) -> int:
         return self.settings.n_max
