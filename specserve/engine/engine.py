@@ -72,6 +72,8 @@ class Engine:
         if tokenizer is not None and tokenizer.eos_token_id is not None and not self.eos_ids:
             self.eos_ids.add(tokenizer.eos_token_id)
         self.n_steps = 0
+        self.verdicts_wanted = False         # this step asked the driver for drafts: it hears each verdict
+        self.step_tokens = 0                 # tokens this step's generating slots emitted
         self.finish_listeners: list = []     # callback(request) when a request ends, on the step's thread
 
     # ------------------------------------------------------------------ queue
@@ -181,6 +183,7 @@ class Engine:
         each slot and commit what it keeps."""
         t_start = time.perf_counter()
         generating = [r for r in active if r.state == State.GENERATING]
+        self.step_tokens = 0
         drafts = self._draft(generating)
         work, batch, prompt_slots = self._plan(active, drafts)
         out = self.target.forward_step(batch, self.cache, store=self.driver.store)
@@ -188,11 +191,13 @@ class Engine:
             self.driver.process(TargetBatch(batch, out, prompt_slots))
         self._commit(work, out)
         if generating:
-            self.driver.step_done(time.perf_counter() - t_start, batch.n_tokens, any(r.finished for r in generating))
+            self.driver.step_done(time.perf_counter() - t_start, batch.n_tokens, self.step_tokens,
+                                  any(r.finished for r in generating))
 
     def _draft(self, generating: list[Request]) -> dict[int, Draft]:
         """Drafts for the generating slots, each capped by its context and max_tokens."""
-        if self.driver.skips_drafting(len(generating)):
+        self.verdicts_wanted = not self.driver.skips_drafting(len(generating))
+        if not self.verdicts_wanted:
             return {}
         requests = []
         for r in generating:
@@ -271,6 +276,7 @@ class Engine:
     def _advance(self, r: Request, draft: list[int], emitted: list[int]) -> None:
         """Keep id_last and the accepted drafts in the cache (the rest is rolled back) and tell the driver."""
         n_acc = len(emitted) - 1
+        self.step_tokens += len(emitted)
         self.cache.truncate(r.slot, r.n_cached + 1 + n_acc)
         r.tokens[r.n_cached] = r.id_last
         r.tokens[r.n_cached + 1:r.n_cached + 1 + n_acc] = emitted[:n_acc]
@@ -278,7 +284,8 @@ class Engine:
         r.id_last = emitted[-1]
         if draft:
             r.draft_stats.record(len(draft), n_acc)
-        self.driver.verified(r.slot, len(draft), n_acc, emitted[0])
+        if self.verdicts_wanted:
+            self.driver.verified(r.slot, len(draft), n_acc, emitted[0])
 
     def _start_generating(self, r: Request, token: int) -> None:
         """The prompt is in the cache and its last row gave the first token."""

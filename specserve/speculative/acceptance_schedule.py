@@ -136,6 +136,7 @@ class AcceptanceScheduler:
         self.elapsed = 0.0                                   # seconds of all steps noted
         self.explore_ready_at = 0.0                          # ... before which no exploration starts
         self.last_decision: bool | None = None              # None: not worked out yet
+        self.answers: dict[int, bool] = {}                   # slots -> the last answer for that many
         self.decided_for = (0, 0)                            # (slots, observations) it was worked out for
         self.n_observed = 0                                  # observations: verified drafts, and timed steps while drafting
         self.drafted_last = False                            # the step before this one drafted
@@ -265,9 +266,11 @@ class AcceptanceScheduler:
             chosen = chosen if self.last_decision and not self._plain_check(len(slots)) else []
         else:
             self.decided_for = (len(slots), self.n_observed)
-            was = self.last_decision
+            # the hysteresis starts from this slot count's last answer (a request that finished for a step
+            # must not turn a 4-slot "no" into a "yes" that the 3-slot model gave)
+            was = self.last_decision = self.answers.get(len(slots), self.last_decision)
             model_says = self._drafting_pays(slots, caps)
-            self.last_decision = self._calibrated(len(slots), model_says, bool(was))
+            self.last_decision = self.answers[len(slots)] = self._calibrated(len(slots), model_says, bool(was))
             self.draft_length = self.paying_length
             if not self.last_decision:
                 if was is not False:            # drafting just stopped paying: explore after EXPLORE_EVERY steps

@@ -37,7 +37,6 @@ class SpecDriver:
         self.rows_verified = 0                         # rows the step being run verifies
         self.rows_generating = 0                       # ... of which the generating slots' own
         self.draft_seconds = 0.0                       # ... and its draft call took
-        self.step_tokens = 0                           # ... and the tokens its generating slots emitted
         self.store = store                             # where the target's forward writes what drafters read
         # the proposers that look at every target batch (none of the shipped ones: they read the store)
         self.processors = [p for p in proposers if type(p).process is not Proposer.process]
@@ -79,7 +78,6 @@ class SpecDriver:
         self.unverified.clear()
         self.rows_verified = self.rows_generating = n_rows
         self.draft_seconds = 0.0
-        self.step_tokens = 0
 
     def draft(self, requests: list[DraftRequest]) -> dict[int, Draft]:
         n_rows = len(requests)
@@ -137,17 +135,18 @@ class SpecDriver:
             else:
                 won[slot] = (p, d.truncate(n))
 
-    def step_done(self, seconds: float, rows: int, finished: bool = False) -> None:
+    def step_done(self, seconds: float, rows: int, tokens: int, finished: bool = False) -> None:
         """The engine finished a step with generating slots, a forward of `rows` rows (prompt chunks
-        included) in which a request ended (`finished`) or not, for --spec-schedule's cost of a step."""
+        included) in which the generating slots emitted `tokens` and a request ended (`finished`) or not,
+        for --spec-schedule's cost of a step."""
         if self.scheduler is not None:
             self.scheduler.note_step(seconds, self.rows_verified, self.rows_generating, self.draft_seconds,
-                                     irregular=rows > self.rows_verified or finished, tokens=self.step_tokens)
+                                     irregular=rows > self.rows_verified or finished, tokens=tokens)
 
     def verified(self, slot: int, n_drafted: int, n_accepted: int, first_emitted: int) -> None:
         """A generating slot was verified: n_accepted of its n_drafted tokens were kept, and the target's
-        first emitted token was first_emitted (what a draft the scheduler cut would have had to match)."""
-        self.step_tokens += n_accepted + 1
+        first emitted token was first_emitted (what a draft the scheduler cut would have had to match).
+        Not called on steps that skipped drafting (`skips_drafting`): there is nothing to hear."""
         if n_drafted:
             self._accept(slot, n_accepted)
             return
