@@ -57,7 +57,7 @@ REALIZED_MIN steps in PLAIN_EVERY do not, to make one (left alone the model draf
 drafting ran at 0.6-0.8x); the first step without drafting after a drafting one is not timed (it runs on
 caches the draft call cooled). While drafting, each timed step is news: a "yes" is worked out again every
 DECIDE_EVERY steps even when no draft was verified (a drafter that finds nothing to draft). The
-exploring budget is also scaled by what explorations found (`upside_seen`).
+exploring budget is priced at the rate explorations saw where that is below GOOD_RATE (`upside_seen`).
 """
 from __future__ import annotations
 
@@ -76,8 +76,9 @@ DECAY = 0.97         # weight kept by older observations at each verification of
 EXPLORE_EVERY = 8    # while drafting does not pay, still draft after this many steps (fresh estimates), ...
 EXPLORE_SHARE = 0.05 # ... spending at most this share of the time times the upside (below) on exploring
 GOOD_RATE = 0.9      # the upside: the speedup drafting would bring at this rate (a well predicted run), less 1 ...
-EXPLORE_DECAY = 0.8  # ... scaled by what explorations found (upside_seen), each older one weighing this much less ...
-EXPLORE_FLOOR = 0.1  # ... but not below this
+EXPLORE_DECAY = 0.8  # ... but priced at the rate explorations saw when lower (each older one weighing this much
+                     # less; at first 8 tokens at GOOD_RATE) ...
+EXPLORE_FLOOR = 0.1  # ... though never below this share of the upside
 DECIDE_EVERY = 4     # the draft-or-not decision is re-evaluated every this many steps (estimates move slowly)
 KEEP_DRAFTING = 0.95 # while drafting, it stops only below this expected speedup (the model's estimate) ...
 REALIZED_BAND = (1.0, 1.03)  # ... or below the first realized speedup, and starts only above the second (the
@@ -129,6 +130,7 @@ class AcceptanceScheduler:
         self.steady = False                                  # this step's drafting slots all drafted the step before
         self.next_explore = 0
         self.upside = 1.0                                    # speedup at GOOD_RATE, less 1 (worked out with "pays")
+        self.upside_seen = 1.0                               # ... at the rate explorations saw (at most GOOD_RATE)
         self.exploring = False                               # this step explores
         self.draft_length = self.n_positions                 # how many tokens this step's drafts need at most
         self.paying_length = self.n_positions                # ... when drafting (worked out with "pays")
@@ -144,7 +146,7 @@ class AcceptanceScheduler:
         self.realized: dict[tuple[int, bool], RealizedRecord] = {}
         self.step_arms: tuple = ()                           # the records this step counts in: (slots, drafting)
         self.explored_slot = -1                              # the slot the last exploring step drafted for
-        self.explore_seen = [GOOD_RATE, 1.0]                 # decayed draft tokens accepted / tried when exploring
+        self.explore_seen = [GOOD_RATE * 8, 8.0]             # decayed draft tokens accepted / tried when exploring
         self.plain_check_at = -REALIZED_MIN                  # decision number where the last plain check began
         self.model_speedup = 1.0                             # the model's expected speedup at the last decision
         self.calibration: dict[int, tuple] = {}              # slots -> (realized over model speedup, decision)
@@ -210,8 +212,7 @@ class AcceptanceScheduler:
             cost = draft_seconds if irregular else max(0.0, seconds - plain)
             # (an upside the realized records did not bear out buys proportionally less exploring, and so does
             # one that explorations did not find)
-            budget = EXPLORE_SHARE * min(self.upside, 1.0) * self.calibration_ratio(self.decided_for[0]) * \
-                self.upside_seen()
+            budget = EXPLORE_SHARE * min(self.upside_seen, 1.0) * self.calibration_ratio(self.decided_for[0])
             self.explore_ready_at = self.elapsed + cost / budget if budget > 0 else float("inf")
             self.exploring = False
 
@@ -331,14 +332,6 @@ class AcceptanceScheduler:
             return model_says
         return self.model_speedup * self.calibration_ratio(n_slots) > (KEEP_DRAFTING if drafting else RESTART)
 
-    def upside_seen(self) -> float:
-        """How much of the upside explorations found: the chance that a draft of the exploring length is
-        accepted whole at the rate they saw, over that chance at GOOD_RATE (at most 1, at least
-        EXPLORE_FLOOR: where text is never that well predicted, as at 4 slots and T=1, exploring spends
-        little, but never stops)."""
-        rate = self.explore_seen[0] / self.explore_seen[1]
-        return min(1.0, max(EXPLORE_FLOOR, (rate / GOOD_RATE) ** self.upside_length))
-
     def calibration_ratio(self, n_slots: int) -> float:
         """Realized over expected speedup when last compared at this slot count, faded towards 1 by
         CALIBRATION_FORGET per decision since (1 before any comparison)."""
@@ -360,6 +353,11 @@ class AcceptanceScheduler:
         best_good, self.upside_length = max((self._speedup(good, [self.n_positions] * len(slots), length), length)
                                             for length in {self.paying_length, self.n_positions})
         self.upside = max(0.0, best_good - 1.0)
+        # what explorations found: at 4 slots and T=1 sampled drafts are never that well accepted, and exploring
+        # at GOOD_RATE's price cost the chains 3-5 % there
+        seen = min(GOOD_RATE, self.explore_seen[0] / self.explore_seen[1])
+        seen_speedup = self._speedup([seen] * len(slots), [self.n_positions] * len(slots), self.upside_length)
+        self.upside_seen = max(EXPLORE_FLOOR * self.upside, seen_speedup - 1.0)
         # a little hysteresis: estimates from a few dozen observations are noisy, and each switch from not
         # drafting to drafting first catches the drafter up
         return speedup > (KEEP_DRAFTING if self.last_decision else 1.0)
