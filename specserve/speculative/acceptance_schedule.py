@@ -77,7 +77,7 @@ EXPLORE_EVERY = 8    # while drafting does not pay, still draft after this many 
 EXPLORE_SHARE = 0.05 # ... spending at most this share of the time times the upside (below) on exploring
 GOOD_RATE = 0.9      # the upside: the speedup drafting would bring at this rate (a well predicted run), less 1 ...
 EXPLORE_DECAY = 0.8  # ... but priced at the rate explorations saw when lower (each older one weighing this much
-                     # less; at first 8 tokens at GOOD_RATE) ...
+                     # less; at first 2 tokens at GOOD_RATE) ...
 EXPLORE_FLOOR = 0.1  # ... though never below this share of the upside
 DECIDE_EVERY = 4     # the draft-or-not decision is re-evaluated every this many steps (estimates move slowly)
 KEEP_DRAFTING = 0.95 # while drafting, it stops only below this expected speedup (the model's estimate) ...
@@ -146,7 +146,7 @@ class AcceptanceScheduler:
         self.realized: dict[tuple[int, bool], RealizedRecord] = {}
         self.step_arms: tuple = ()                           # the records this step counts in: (slots, drafting)
         self.explored_slot = -1                              # the slot the last exploring step drafted for
-        self.explore_seen = [GOOD_RATE * 8, 8.0]             # decayed draft tokens accepted / tried when exploring
+        self.explore_seen = [GOOD_RATE * 2, 2.0]             # decayed draft tokens accepted / tried when exploring
         self.plain_check_at = -REALIZED_MIN                  # decision number where the last plain check began
         self.model_speedup = 1.0                             # the model's expected speedup at the last decision
         self.calibration: dict[int, tuple] = {}              # slots -> (realized over model speedup, decision)
@@ -268,8 +268,11 @@ class AcceptanceScheduler:
         else:
             self.decided_for = (len(slots), self.n_observed)
             # the hysteresis starts from this slot count's last answer (a request that finished for a step
-            # must not turn a 4-slot "no" into a "yes" that the 3-slot model gave)
-            was = self.last_decision = self.answers.get(len(slots), self.last_decision)
+            # must not turn a 4-slot "no" into a "yes" that the 3-slot model gave); a slot count's first
+            # answer is worked out as if drafting (the model is not calibrated yet, and the records need
+            # drafting steps: a first "no" at 0.97x kept a fresh 4-slot engine from drafting at T=0 where it
+            # paid 1.25x)
+            was = self.last_decision = self.answers.get(len(slots), True)
             model_says = self._drafting_pays(slots, caps)
             self.last_decision = self.answers[len(slots)] = self._calibrated(len(slots), model_says, bool(was))
             self.draft_length = self.paying_length
@@ -364,7 +367,7 @@ class AcceptanceScheduler:
 
     def _lengths_to_weigh(self) -> list[int]:
         lengths = self.candidate_lengths
-        if self.last_decision is None:
+        if not self.answers:            # the first decision weighs them all
             return lengths
         at = lengths.index(self.paying_length) if self.paying_length in lengths else len(lengths) - 1
         return sorted({*lengths[max(0, at - 1):at + 2], lengths[-1]})
