@@ -331,14 +331,20 @@ class AcceptanceScheduler:
             ratio = min(max(realized / max(self.model_speedup, 1e-9), 0.1), 10.0)
             self.calibration[n_slots] = (ratio, self.n_decisions)
             return realized > REALIZED_BAND[0 if drafting else 1]
-        if n_slots not in self.calibration:
+        if not self.calibration:
             return model_says
         return self.model_speedup * self.calibration_ratio(n_slots) > (KEEP_DRAFTING if drafting else RESTART)
 
     def calibration_ratio(self, n_slots: int) -> float:
-        """Realized over expected speedup when last compared at this slot count, faded towards 1 by
-        CALIBRATION_FORGET per decision since (1 before any comparison)."""
-        ratio, at = self.calibration.get(n_slots, (1.0, self.n_decisions))
+        """Realized over expected speedup when last compared at this slot count, or at the nearest one that
+        was compared (the model errs alike at 3 slots and at 4: uncalibrated, a request that finished turned a
+        4-slot "no" into a 3-slot "yes" for a step or two, each first catching every slot up), faded towards 1
+        by CALIBRATION_FORGET per decision since (1 before any comparison)."""
+        if not self.calibration:
+            return 1.0
+        nearest = n_slots if n_slots in self.calibration else \
+            min(self.calibration, key=lambda n: (abs(n - n_slots), -n))
+        ratio, at = self.calibration[nearest]
         return 1.0 - (1.0 - ratio) * (1.0 - CALIBRATION_FORGET) ** (self.n_decisions - at)
 
     def _drafting_pays(self, slots: list[int], caps: list[int]) -> bool:
