@@ -142,7 +142,7 @@ class AcceptanceScheduler:
         self.decided_for = (0, 0)                            # (slots, observations) it was worked out for
         self.n_observed = 0                                  # observations: verified drafts, and timed steps while drafting
         self.drafted_last = False                            # the step before this one drafted
-        # (slots, drafted) -> what steady drafting steps and steps without drafting achieved (module docstring)
+        # (slots, drafting) -> what the steps of a "yes" and the steps without drafting achieved (module docstring)
         self.realized: dict[tuple[int, bool], RealizedRecord] = {}
         self.step_arms: tuple = ()                           # the records this step counts in: (slots, drafting)
         self.explored_slot = -1                              # the slot the last exploring step drafted for
