@@ -57,8 +57,8 @@ def _recompute_hidden_head(proposer, tokens, id_last, n):
     target, head = proposer.ctx.target, proposer.head
     tcache = target.new_cache(1, 512)
     out = target.forward_step(StepBatch.build([(0, list(tokens), 0)], []), tcache,
-                              taps=proposer.taps, want_final_hidden=proposer.needs_final_hidden)
-    states = [out.final_hidden if layer == FINAL else out.tap(layer) for layer in proposer.feature_layers]
+                              taps=tuple(t for t in proposer.taps if t != FINAL), want_final_hidden=FINAL in proposer.taps)
+    states = [out.final_hidden if layer == FINAL else out.tap(layer) for layer in proposer.taps]
     feats = proposer.project(torch.cat(states, dim=-1))
     rows = list(tokens[1:]) + [id_last]
     cache = head.new_cache(1, 512)

@@ -151,7 +151,7 @@ def test_the_tap_store_holds_each_rows_states_at_its_slot_and_position(qwen3_pai
     there (a rejected draft's row is rewritten by the next step's)."""
     native, native_cache, reference, reference_cache = qwen3_pair
     hidden = native.config.hidden_size
-    stores = [TapStore.for_drafters((1, -1), True, 4, 256, hidden) for _ in range(2)]
+    stores = [TapStore.for_drafters((1, -1, FINAL), 4, 256, hidden) for _ in range(2)]
     assert stores[0].layers == (-1, 1, FINAL)
     prompt = torch.arange(3, 40)
     steps = [StepBatch.build([(0, prompt, 0), (2, prompt[:9], 0)], [36, 44]),

@@ -35,9 +35,9 @@ class TapStore:
         self.c_layers = (ctypes.c_int32 * len(self.layers))(*self.layers)
 
     @classmethod
-    def for_drafters(cls, taps: tuple[int, ...], final: bool, n_slots: int, capacity: int, hidden: int):
-        """The store for these taps (and the final state), or None when no drafter reads any."""
-        layers = tuple(sorted(set(taps))) + ((FINAL,) if final else ())
+    def for_drafters(cls, taps: tuple[int, ...], n_slots: int, capacity: int, hidden: int):
+        """The store for these taps (FINAL among them: the final state), or None when no drafter reads any."""
+        layers = tuple(sorted(set(taps) - {FINAL})) + ((FINAL,) if FINAL in taps else ())
         return cls(layers, n_slots, capacity, hidden) if layers else None
 
     def rows(self, slot: int, start: int, end: int, layers: tuple[int, ...] | None = None) -> torch.Tensor:

@@ -77,8 +77,9 @@ class Proposer:
     options: ClassVar[list[Option]] = []          # its own options (the CLI, server and docs list them)
     model_drafter: ClassVar[bool] = False         # drafts with a model and reads the --spec-draft-* options
     needs_draft_model: ClassVar[bool] = False     # cannot run without a draft model folder (-md)
-    taps: tuple[int, ...] = ()                    # target layers whose output the proposer reads
-    needs_final_hidden: bool = False              # wants the target's final-normed hidden states
+    # the target states the proposer reads, in the order it reads them: layer outputs (-1: the embedding
+    # output) and tap_store.FINAL (the final normed state)
+    taps: tuple[int, ...] = ()
     store: TapStore | None = None                 # where it reads them, by slot and position (build_driver)
 
     def __init__(self, ctx: ProposerContext):

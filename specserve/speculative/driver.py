@@ -195,9 +195,8 @@ def build_driver(spec_types: list[str], ctx: ProposerContext) -> SpecDriver:
     if not spec_types:
         return NullDriver(ctx.n_slots)
     proposers = [proposer_class(name)(ctx) for name in spec_types]
-    store = TapStore.for_drafters(tuple(t for p in proposers for t in p.taps),
-                                  any(p.needs_final_hidden for p in proposers),
-                                  ctx.n_slots, ctx.max_ctx, ctx.target.config.hidden_size)
+    store = TapStore.for_drafters(tuple(t for p in proposers for t in p.taps), ctx.n_slots, ctx.max_ctx,
+                                  ctx.target.config.hidden_size)
     for p in proposers:
         p.store = store
     opts = ctx.options

@@ -26,10 +26,8 @@ class Eagle3Proposer(HiddenChainProposer):
         if not ctx.draft_model_dir:
             raise OptionError("--spec-type draft-eagle3 needs the EAGLE-3 draft: -md / --spec-draft-model DIR")
         self.head, taps = load_eagle3(ctx.draft_model_dir, ctx.target)
-        self.taps = tuple(sorted(set(taps)))
-        self.needs_final_hidden = not self.head.opts.use_aux
         # the taps in the checkpoint's concatenation order, or the final state without aux taps
-        self.feature_layers = tuple(taps) if self.head.opts.use_aux else (FINAL,)
+        self.taps = tuple(taps) if self.head.opts.use_aux else (FINAL,)
         self.head.quant = self.settings.quant_draft
         self.cache = self.head.new_cache(ctx.n_slots, ctx.max_ctx)
         if self.head.opts.draft_vocab_size != self.target_vocab or bool(self.head.d2t.any()):

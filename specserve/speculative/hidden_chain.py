@@ -28,11 +28,12 @@ from .draft_options import draft_settings
 
 class HiddenChainProposer(Proposer):
     """Base class: subclasses load `self.head` (forward_step over a StepBatch), make `self.cache`
-    with `self.head.new_cache`, and say which target states the head reads (`feature_layers`)."""
+    with `self.head.new_cache`, and say which target states the head reads (`taps`; default: the final
+    normed state)."""
 
     id_map: torch.Tensor | None = None      # draft vocabulary id -> target id (EAGLE-3 d2t)
     model_drafter = True
-    feature_layers: tuple[int, ...] = (FINAL,)   # the store's column blocks the head reads, in its order
+    taps = (FINAL,)
 
     def __init__(self, ctx: ProposerContext):
         super().__init__(ctx)
@@ -66,7 +67,7 @@ class HiddenChainProposer(Proposer):
             start = min(self.fed[slot], req.pos0 - 1, self.cache.length(slot))
             self.cache.truncate(slot, start)
             tokens = np.concatenate([req.tokens[start + 1:req.pos0], np.array([req.id_last], dtype=np.int64)])
-            hidden = self.store.rows(slot, start, req.pos0, self.feature_layers)
+            hidden = self.store.rows(slot, start, req.pos0, self.taps)
             if project is not None:
                 hidden = project(hidden)
             first.append(ChainRows(slot, tokens, start, hidden))

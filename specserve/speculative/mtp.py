@@ -15,7 +15,6 @@ from .hidden_chain import HiddenChainProposer
 
 class MtpProposer(HiddenChainProposer):
     name = "draft-mtp"
-    needs_final_hidden = True
 
     def __init__(self, ctx: ProposerContext):
         super().__init__(ctx)
