@@ -359,7 +359,7 @@ def test_schedule_profiles_the_target_when_no_table_is_given(models):
 def test_model_drafters_draft_only_the_scheduled_length(models, spec_type, monkeypatch):
     """The scheduler's draft length reaches the drafters: chains stop, and a block drafter drafts a
     shorter block, at it (a shorter draft costs less); the output is unchanged."""
-    def pays_at_two(self, slots, caps):
+    def pays_at_two(self, slots, caps, drafting):
         self.paying_length = 2
         return True
 

@@ -137,7 +137,6 @@ class AcceptanceScheduler:
         self.upside_length = self.n_positions                # ... when exploring: where the upside is
         self.elapsed = 0.0                                   # seconds of all steps noted
         self.explore_ready_at = 0.0                          # ... before which no exploration starts
-        self.last_decision: bool | None = None              # None: not worked out yet
         self.answers: dict[int, bool] = {}                   # slots -> the last answer for that many
         self.decided_for = (0, 0)                            # (slots, observations) it was worked out for
         self.n_observed = 0                                  # observations: verified drafts, and timed steps while drafting
@@ -150,6 +149,11 @@ class AcceptanceScheduler:
         self.plain_check_at = -REALIZED_MIN                  # decision number where the last plain check began
         self.model_speedup = 1.0                             # the model's expected speedup at the last decision
         self.calibration: dict[int, tuple] = {}              # slots -> (realized over model speedup, decision)
+
+    @property
+    def last_decision(self) -> bool | None:
+        """The answer for the slot count last decided for (None: not worked out yet)."""
+        return self.answers.get(self.decided_for[0])
 
     def rate(self, slot: int) -> float:
         """P(a draft token is accepted | the tokens before it were), the same at every position:
@@ -272,9 +276,9 @@ class AcceptanceScheduler:
             # answer is worked out as if drafting (the model is not calibrated yet, and the records need
             # drafting steps: a first "no" at 0.97x kept a fresh 4-slot engine from drafting at T=0 where it
             # paid 1.25x)
-            was = self.last_decision = self.answers.get(len(slots), True)
-            model_says = self._drafting_pays(slots, caps)
-            self.last_decision = self.answers[len(slots)] = self._calibrated(len(slots), model_says, bool(was))
+            was = self.answers.get(len(slots), True)
+            model_says = self._drafting_pays(slots, caps, was)
+            self.answers[len(slots)] = self._calibrated(len(slots), model_says, was)
             self.draft_length = self.paying_length
             if not self.last_decision:
                 if was is not False:            # drafting just stopped paying: explore after EXPLORE_EVERY steps
@@ -347,7 +351,7 @@ class AcceptanceScheduler:
         ratio, at = self.calibration[nearest]
         return 1.0 - (1.0 - ratio) * (1.0 - CALIBRATION_FORGET) ** (self.n_decisions - at)
 
-    def _drafting_pays(self, slots: list[int], caps: list[int]) -> bool:
+    def _drafting_pays(self, slots: list[int], caps: list[int], drafting: bool) -> bool:
         """Whether drafting is expected to pay at the slots' (optimistic) rates; also prices what it
         would bring in a run of well predicted text (GOOD_RATE), which sets the exploring budget."""
         rates = [self.optimistic_rate(s) for s in slots]
@@ -369,7 +373,7 @@ class AcceptanceScheduler:
         self.upside_seen = max(EXPLORE_FLOOR * self.upside, seen_speedup - 1.0)
         # a little hysteresis: estimates from a few dozen observations are noisy, and each switch from not
         # drafting to drafting first catches the drafter up
-        return speedup > (KEEP_DRAFTING if self.last_decision else 1.0)
+        return speedup > (KEEP_DRAFTING if drafting else 1.0)
 
     def _lengths_to_weigh(self) -> list[int]:
         lengths = self.candidate_lengths
