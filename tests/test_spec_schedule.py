@@ -19,7 +19,8 @@ from specserve.speculative import acceptance_schedule
 from specserve.speculative.acceptance_schedule import (DECIDE_EVERY, EXPLORE_EVERY, EXPLORE_SHARE, PLAIN_EVERY,
                                                        PRIOR, REALIZED_MIN, REALIZED_RECENT,
                                                        AcceptanceScheduler)
-from specserve.speculative.base import Draft
+from specserve.speculative.base import Draft, DraftRequest, Proposer, ProposerContext
+from specserve.speculative.driver import SpecDriver
 from specserve.speculative.step_cost import StepCostTable
 
 PROMPTS = DRAFTER_PROMPTS[:3] + [PI[:11], [100, 101, 102, 103] * 2, TWO]
@@ -219,6 +220,41 @@ def test_the_draft_length_is_where_drafting_pays_best():
     for _ in range(20):
         one.observe(0, 3, 2)
     assert [one.drafting_slots([0], [6]) for _ in range(2 * DECIDE_EVERY)][-1] == [0] and one.draft_length == 6
+
+
+def test_draft_lengths_stop_at_what_the_requests_can_draft():
+    """Sampled requests draft at most --spec-draft-n-max-sampled, which the driver's caps carry: the
+    scheduler neither weighs nor times longer drafts for them (it had priced drafts of 8 that DSpark
+    drafted as 3)."""
+    table = StepCostTable([1, 64], [0.001, 0.001 + 63 * 0.00001])
+    sched = AcceptanceScheduler(4, 6, table)
+    slots = [0, 1, 2, 3]
+    for _ in range(2):                          # measured at the longest length the requests can draft
+        assert sched.drafting_slots(slots, [2] * 4) == slots and sched.draft_length == 2
+        sched.note_draft_time(0.0002, 4)
+    assert set(sched.draft_cost.steady) == {(4, 2)}
+    for slot in range(4):
+        for _ in range(20):
+            sched.observe(slot, 2, 2)
+    decisions = [sched.drafting_slots(slots, [2] * 4) for _ in range(2 * DECIDE_EVERY)]
+    assert decisions[-1] == slots and sched.draft_length == sched.paying_length == 2
+
+
+def test_a_cut_draft_with_q_teaches_nothing():
+    """A draft cut to nothing teaches its slot's rate by whether its first token equals the target's, which
+    is its acceptance only without q: a draft verified with q is accepted with min(1, p/q)."""
+    ctx = ProposerContext(target=None, n_slots=2, max_ctx=100, options={})
+
+    class TwoKinds(Proposer):
+        name = "two-kinds"
+
+        def draft(self, requests):
+            return {r.slot: Draft([5, 6], torch.full((2, 8), 1 / 8) if r.slot else None) for r in requests}
+
+    driver = SpecDriver([TwoKinds(ctx)], 2, AcceptanceScheduler(2, 2, StepCostTable([1, 64], [0.01, 0.01])))
+    driver.scheduler.lengths = lambda slots, drafts: np.zeros(len(slots), dtype=np.int64)     # every draft cut
+    requests = [DraftRequest(slot, 2, 4, 1, np.zeros(4, dtype=np.int64), temperature=1.0) for slot in (0, 1)]
+    assert driver.draft(requests) == {} and driver.unverified == {0: 5}
 
 
 def test_a_reused_no_is_known_before_the_requests_are_built():

@@ -32,7 +32,8 @@ a loop the model falls into is drafted almost perfectly) and little where it cou
 slow drafter at high concurrency); where it could not win at all, there is none.
 
 The decision also picks the draft length: for model drafters, whose draft call costs more the more
-tokens it drafts, the expected speedup is worked out at each candidate length with the measured
+tokens it drafts, the expected speedup is worked out at each candidate length up to the longest the
+requests can draft (`caps`: the driver's, which know --spec-draft-n-max-sampled) with the measured
 draft time at that length (draft_cost.py), and the best length goes to the drafters with the
 requests (`DraftRequest.n_scheduled`: chains stop there, a block drafter drafts a shorter block).
 At 4 slots on the bundled model Algorithm 1 keeps 2-3 tokens of a DSpark block of 6, whose second
@@ -129,7 +130,7 @@ class AcceptanceScheduler:
         self.n_decisions = 0
         self.steady = False                                  # this step's drafting slots all drafted the step before
         self.next_explore = 0
-        self.upside = 1.0                                    # speedup at GOOD_RATE, less 1 (worked out with "pays")
+        self.upside = 1.0                                    # speedup at GOOD_RATE, less 1 (worked out with a "no")
         self.upside_seen = 1.0                               # ... at the rate explorations saw (at most GOOD_RATE)
         self.exploring = False                               # this step explores
         self.draft_length = self.n_positions                 # how many tokens this step's drafts need at most
@@ -260,7 +261,7 @@ class AcceptanceScheduler:
         chosen = list(range(len(slots)))
         self.draft_length = self.paying_length
         if due == "measure":
-            self.draft_length = self.n_positions
+            self.draft_length = max(caps)
         elif due == "explore":
             self.next_explore = self.n_decisions + EXPLORE_EVERY
             self.exploring = True
@@ -281,11 +282,14 @@ class AcceptanceScheduler:
             self.answers[len(slots)] = self._calibrated(len(slots), model_says, was)
             self.draft_length = self.paying_length
             if not self.last_decision:
+                self._price_exploring(len(slots), min(max(caps), self.n_positions))
                 if was is not False:            # drafting just stopped paying: explore after EXPLORE_EVERY steps
                     self.next_explore = self.n_decisions + EXPLORE_EVERY
                 chosen = []
             elif self._plain_check(len(slots)):
                 chosen = []
+        if chosen:      # what the drafts can be (sampled requests draft less: --spec-draft-n-max-sampled)
+            self.draft_length = min(self.draft_length, max(caps[i] for i in chosen))
         self.steady = bool(chosen) and all(self.last_drafted[slots[i]] == self.n_decisions - 1 for i in chosen)
         for i in chosen:
             self.last_drafted[slots[i]] = self.n_decisions
@@ -352,31 +356,35 @@ class AcceptanceScheduler:
         return 1.0 - (1.0 - ratio) * (1.0 - CALIBRATION_FORGET) ** (self.n_decisions - at)
 
     def _drafting_pays(self, slots: list[int], caps: list[int], drafting: bool) -> bool:
-        """Whether drafting is expected to pay at the slots' (optimistic) rates; also prices what it
-        would bring in a run of well predicted text (GOOD_RATE), which sets the exploring budget."""
+        """Whether drafting is expected to pay at the slots' (optimistic) rates."""
         rates = [self.optimistic_rate(s) for s in slots]
         # the draft length where drafting pays best: a shorter draft brings fewer tokens and costs less
         # to draft (draft_cost.py); after the first decision only the lengths next to the last best and
         # the longest are weighed (the best moves a step at a time, and a decision every few steps that
         # weighed them all cost a few per cent of a step)
+        longest = min(max(caps), self.n_positions)
         speedup, self.paying_length = max((self._speedup(rates, caps, length), length)
-                                          for length in self._lengths_to_weigh())
+                                          for length in self._lengths_to_weigh(longest))
         self.model_speedup = speedup
-        good = [GOOD_RATE] * len(slots)
-        best_good, self.upside_length = max((self._speedup(good, [self.n_positions] * len(slots), length), length)
-                                            for length in {self.paying_length, self.n_positions})
-        self.upside = max(0.0, best_good - 1.0)
-        # what explorations found: at 4 slots and T=1 sampled drafts are never that well accepted, and exploring
-        # at GOOD_RATE's price cost the chains 3-5 % there
-        seen = min(GOOD_RATE, self.explore_seen[0] / self.explore_seen[1])
-        seen_speedup = self._speedup([seen] * len(slots), [self.n_positions] * len(slots), self.upside_length)
-        self.upside_seen = max(EXPLORE_FLOOR * self.upside, seen_speedup - 1.0)
         # a little hysteresis: estimates from a few dozen observations are noisy, and each switch from not
         # drafting to drafting first catches the drafter up
         return speedup > (KEEP_DRAFTING if drafting else 1.0)
 
-    def _lengths_to_weigh(self) -> list[int]:
-        lengths = self.candidate_lengths
+    def _price_exploring(self, n_slots: int, longest: int) -> None:
+        """What drafting would bring in a run of well predicted text (GOOD_RATE), which sets the exploring
+        budget; worked out with a "no" only (nothing else reads it, and a decision is tens of µs)."""
+        good = [GOOD_RATE] * n_slots
+        best_good, self.upside_length = max((self._speedup(good, [longest] * n_slots, length), length)
+                                            for length in {self.paying_length, longest})
+        self.upside = max(0.0, best_good - 1.0)
+        # what explorations found: at 4 slots and T=1 sampled drafts are never that well accepted, and exploring
+        # at GOOD_RATE's price cost the chains 3-5 % there
+        seen = min(GOOD_RATE, self.explore_seen[0] / self.explore_seen[1])
+        seen_speedup = self._speedup([seen] * n_slots, [longest] * n_slots, self.upside_length)
+        self.upside_seen = max(EXPLORE_FLOOR * self.upside, seen_speedup - 1.0)
+
+    def _lengths_to_weigh(self, longest: int) -> list[int]:
+        lengths = sorted({min(n, longest) for n in self.candidate_lengths})
         if not self.answers:            # the first decision weighs them all
             return lengths
         at = lengths.index(self.paying_length) if self.paying_length in lengths else len(lengths) - 1

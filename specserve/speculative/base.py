@@ -104,6 +104,10 @@ class Proposer:
         """Longest draft this proposer can return (sizes the per-position statistics)."""
         return draft_settings(self.ctx.options).n_max
 
+    def max_draft_sampled(self) -> int:
+        """Longest draft for a request sampled at T > 0 (--spec-draft-n-max-sampled where it applies)."""
+        return self.max_draft()
+
 
 class TokenProposer(Proposer):
     """A proposer that drafts each slot on its own from the slot's tokens (the draftless methods)."""

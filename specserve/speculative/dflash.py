@@ -91,6 +91,9 @@ class DFlash(Proposer):
     def max_draft(self) -> int:
         return self.n_draft
 
+    def max_draft_sampled(self) -> int:
+        return min(self.n_draft, self.settings.n_max_sampled)
+
     # ------------------------------------------------------------------ context
     def begin(self, slot: int, prompt: np.ndarray) -> None:
         # the prompt's taps are in the store; they enter the draft cache at the slot's first draft
@@ -129,7 +132,7 @@ class DFlash(Proposer):
         return torch.cat(self._ctx_rows), slots, positions
 
     def draft(self, requests: list[DraftRequest]) -> dict[int, Draft]:
-        n_sampled = min(self.n_draft, self.settings.n_max_sampled)
+        n_sampled = self.max_draft_sampled()
         if n_sampled == self.n_draft or all(r.temperature <= 0 for r in requests):
             return self._draft_block(requests, self.n_draft)
         # a block is one length for all its slots: greedy and sampled slots draft in separate calls

@@ -40,6 +40,8 @@ class SpecDriver:
         self.store = store                             # where the target's forward writes what drafters read
         # the proposers that look at every target batch (none of the shipped ones: they read the store)
         self.processors = [p for p in proposers if type(p).process is not Proposer.process]
+        # the longest draft for a greedy request and for a sampled one (--spec-schedule weighs no longer ones)
+        self.caps = (self.max_draft(), max((p.max_draft_sampled() for p in proposers), default=0))
 
     @property
     def enabled(self) -> bool:
@@ -84,7 +86,8 @@ class SpecDriver:
         self._new_step(n_rows)
         if self.scheduler is not None and requests:
             # --spec-schedule: no drafting while it would cost more than it brings, but for one exploring slot
-            chosen = self.scheduler.drafting_slots([r.slot for r in requests], [r.n_max for r in requests])
+            chosen = self.scheduler.drafting_slots([r.slot for r in requests],
+                                                   [min(r.n_max, self.caps[r.temperature > 0]) for r in requests])
             if not chosen:
                 return {}
             requests = [replace(requests[i], n_scheduled=self.scheduler.draft_length) for i in chosen]
@@ -130,7 +133,11 @@ class SpecDriver:
         for slot, n in zip(slots, lengths.tolist()):
             p, d = won[slot]
             if n == 0:
-                self.unverified[slot] = d.tokens[0]
+                # (whether the target's token equals the draft's first is its acceptance for a greedy or a
+                # one-hot draft, not for one verified with its q, accepted with min(1, p/q): a draft drawn
+                # from p itself is always accepted, yet matches the target's draw only sum(p^2) of the time)
+                if d.q_probs is None:
+                    self.unverified[slot] = d.tokens[0]
                 del won[slot]
             else:
                 won[slot] = (p, d.truncate(n))
