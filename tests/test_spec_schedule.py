@@ -240,6 +240,31 @@ def test_draft_lengths_stop_at_what_the_requests_can_draft():
     assert decisions[-1] == slots and sched.draft_length == sched.paying_length == 2
 
 
+def test_the_driver_caps_lengths_by_the_requests_kind_not_their_remaining_budget():
+    """The scheduler hears each request's longest draft for its kind (greedy or sampled), not how many tokens
+    the request has left: the drafts are truncated to that anyway, and lengths weighed down to it at the end
+    of each wave of requests cost DFlash at 4 slots and T=0 a tenth of its speedup."""
+    ctx = ProposerContext(target=None, n_slots=2, max_ctx=100, options={"spec_draft_n_max": 6})
+
+    class SampledDraftLess(Proposer):
+        name = "sampled-draft-less"
+
+        def draft(self, requests):
+            return {r.slot: Draft([5] * 6) for r in requests}
+
+        def max_draft_sampled(self):
+            return 2
+
+    def first_length(temperatures, budgets):
+        driver = SpecDriver([SampledDraftLess(ctx)], 2, AcceptanceScheduler(2, 6, StepCostTable([1, 64], [0.01, 0.01])))
+        driver.draft([DraftRequest(slot, budget, 4, 1, np.zeros(4, dtype=np.int64), temperature=t)
+                      for slot, (t, budget) in enumerate(zip(temperatures, budgets))])
+        return driver.scheduler.draft_length         # the first steps measure the longest draft
+
+    assert first_length([1.0, 1.0], [50, 50]) == 2
+    assert first_length([0.0, 1.0], [1, 50]) == 6
+
+
 def test_a_cut_draft_with_q_teaches_nothing():
     """A draft cut to nothing teaches its slot's rate by whether its first token equals the target's, which
     is its acceptance only without q: a draft verified with q is accepted with min(1, p/q)."""
