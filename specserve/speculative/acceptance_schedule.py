@@ -282,7 +282,7 @@ class AcceptanceScheduler:
             self.answers[len(slots)] = self._calibrated(len(slots), model_says, was)
             self.draft_length = self.paying_length
             if not self.last_decision:
-                self._price_exploring(len(slots), min(max(caps), self.n_positions))
+                self._price_exploring(len(slots), self._longest(caps))
                 if was is not False:            # drafting just stopped paying: explore after EXPLORE_EVERY steps
                     self.next_explore = self.n_decisions + EXPLORE_EVERY
                 chosen = []
@@ -362,13 +362,16 @@ class AcceptanceScheduler:
         # to draft (draft_cost.py); after the first decision only the lengths next to the last best and
         # the longest are weighed (the best moves a step at a time, and a decision every few steps that
         # weighed them all cost a few per cent of a step)
-        longest = min(max(caps), self.n_positions)
         speedup, self.paying_length = max((self._speedup(rates, caps, length), length)
-                                          for length in self._lengths_to_weigh(longest))
+                                          for length in self._lengths_to_weigh(self._longest(caps)))
         self.model_speedup = speedup
         # a little hysteresis: estimates from a few dozen observations are noisy, and each switch from not
         # drafting to drafting first catches the drafter up
         return speedup > (KEEP_DRAFTING if drafting else 1.0)
+
+    def _longest(self, caps: list[int]) -> int:
+        """The longest draft weighed: the slots' longest cap, within the positions the scheduler tracks."""
+        return min(max(caps), self.n_positions)
 
     def _price_exploring(self, n_slots: int, longest: int) -> None:
         """What drafting would bring in a run of well predicted text (GOOD_RATE), which sets the exploring

@@ -105,8 +105,8 @@ class Proposer:
         return draft_settings(self.ctx.options).n_max
 
     def max_draft_sampled(self) -> int:
-        """Longest draft for a request sampled at T > 0 (--spec-draft-n-max-sampled where it applies)."""
-        return self.max_draft()
+        """Longest draft for a request sampled at T > 0: --spec-draft-n-max-sampled for a model drafter."""
+        return draft_settings(self.ctx.options).n_max_sampled if self.model_drafter else self.max_draft()
 
 
 class TokenProposer(Proposer):

@@ -92,6 +92,3 @@ class HiddenChainProposer(Proposer):
 
     def max_draft(self) -> int:
         return self.settings.n_max
-
-    def max_draft_sampled(self) -> int:
-        return self.settings.n_max_sampled
