@@ -214,7 +214,7 @@ def test_markov_table_gives_the_bits_of_the_worked_out_bias(tmp_path, target_dir
         drafter = load_block_drafter(d, CausalLM.from_pretrained(target_dir))
         cache = drafter.new_cache(5, 64)
         assert drafter.native is not None
-        assert (drafter._native_call().markov_weights[2] is None) == (limit == 0)
+        assert (drafter.native_call().markov_weights[2] is None) == (limit == 0)
         gen = torch.Generator().manual_seed(0)
         n = drafter.config.max_drafts
         feats = torch.randn(5 * 4, 3 * drafter.cfg.hidden_size, generator=gen)

@@ -51,6 +51,10 @@ def verify_logits(logits: torch.Tensor, draft: list[int], q_probs, top_k: int, t
         q, ids = np.ascontiguousarray(q_probs[:k], dtype=np.float32), np.ascontiguousarray(q_ids[:k], dtype=np.int64)
         fits = q.shape == ids.shape and q.shape[0] == k
         q_ptr, ids_ptr, width = q.ctypes.data, ids.ctypes.data, q.shape[1]
+    elif isinstance(q_probs, np.ndarray):     # a native block draft's q rows (numpy: cheaper to slice)
+        q = np.ascontiguousarray(q_probs[:k], dtype=np.float32)
+        fits = q.shape == (k, vocab)
+        q_ptr = q.ctypes.data
     elif q_probs is not None:
         q = q_probs[:k]
         q = q if q.dtype == torch.float32 and q.is_contiguous() else q.float().contiguous()

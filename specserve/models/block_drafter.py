@@ -263,7 +263,7 @@ class BlockDrafter(nn.Module):
         as in the target's serving forward.
         """
         if self.native is not None:
-            return self._native_call().forward(cache, ctx_feats, ctx_slots, ctx_positions, slots, pos0,
+            return self.native_call().forward(cache, ctx_feats, ctx_slots, ctx_positions, slots, pos0,
                                                block_tokens)
         cfg = self.cfg
         n_heads, n_kv, d = cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim
@@ -326,9 +326,9 @@ class BlockDrafter(nn.Module):
         """Build the native call now, after new_cache, rather than in the first draft (which a request would
         wait for: DSpark's Markov table takes about 45 ms at 4096 tokens)."""
         if self.native is not None:
-            self._native_call()
+            self.native_call()
 
-    def _native_call(self) -> NativeBlockCall:
+    def native_call(self) -> NativeBlockCall:
         """The native call, made after new_cache packed the layers (it takes the heads' weights then too)."""
         if self._call is None:
             self._call = NativeBlockCall(self)
@@ -340,7 +340,7 @@ class BlockDrafter(nn.Module):
         logits [S, n, V] after the Markov bias, q [S, n, V] of the sampled slots or None, the confidence
         head's predictions [S, n] (numpy) when `confidence`, else None); all but q are overwritten by the next
         draft of the same shape. Index arrays (slots, positions, block tokens, anchors) may be numpy arrays."""
-        return self._native_call().draft(cache, ctx_feats, ctx_slots, ctx_positions, slots, pos0, block_tokens,
+        return self.native_call().draft(cache, ctx_feats, ctx_slots, ctx_positions, slots, pos0, block_tokens,
                                          n_draft, anchors, markov, temperatures, uniforms, confidence)
 
     # ------------------------------------------------------------------ training forward

@@ -1,7 +1,7 @@
 """A block drafter's serving forward as one native call (kernels/native/block_draft.cpp), reused from call to
 call: right after the target's forward every Python operation runs on caches the weights just evicted, so
-the struct's weight fields are set once, its attention fields once per cache, and a draft's outputs go
-into buffers kept per shape (valid until the next draft of that shape).
+each draft shape (slots x block rows, drafts) keeps its own struct and buffers, pointed at once, and a call
+only writes values into them (`DraftShape`; its outputs are valid until the next draft of that shape).
 """
 from __future__ import annotations
 
@@ -21,106 +21,161 @@ from .transformer import float32_copy
 ContextParts = list[tuple[int, list[int]]]
 
 
-def _numpy(index: "torch.Tensor | np.ndarray") -> np.ndarray:
-    """An index array as numpy (the callers pass either)."""
-    return index if isinstance(index, np.ndarray) else index.numpy()
+def _numpy(index: "torch.Tensor | np.ndarray | list") -> "np.ndarray | list":
+    """An index array as numpy or a list (the callers pass either)."""
+    return index.numpy() if isinstance(index, torch.Tensor) else index
 
 
-def _context_parts(ctx_feats: "torch.Tensor | ContextParts | None", keep: list) -> ContextParts:
-    if ctx_feats is None:
-        return []
-    if isinstance(ctx_feats, torch.Tensor):
-        feats = ctx_feats.float().contiguous()
-        keep.append(feats)
-        return [(feats.shape[0], [feats.data_ptr()])] if feats.shape[0] else []
-    return ctx_feats
+class DraftShape:
+    """One draft shape's inputs and outputs: each slot's number and first position (`index` [2, S]), its
+    block's tokens (`block` [S, nb]), the new context rows' slots and positions, chunk row counts and part
+    addresses, the block's final-normed rows (`hidden` [S, nb, H]) and the drafts (`chain`, when drafting)."""
+
+    def __init__(self, base: capi.BlockDraft, n_slots: int, nb: int, n_draft: int, vocab: int, hidden_size: int,
+                 first_draft_row: int):
+        self.struct = step = capi.BlockDraft.from_buffer_copy(base)
+        self.ref = ctypes.byref(step)
+        self.index = np.zeros((2, n_slots), dtype=np.int64)
+        self.block = np.zeros((n_slots, nb), dtype=np.int64)
+        self.hidden = torch.empty(n_slots, nb, hidden_size)
+        self.chain = NativeChain(n_slots, n_draft, vocab) if n_draft else None
+        step.n_slots, step.n_block, step.block_tokens = n_slots, nb, self.block.ctypes.data
+        step.slot, step.pos0, step.hidden_out = self.index[0].ctypes.data, self.index[1].ctypes.data, \
+            self.hidden.data_ptr()
+        if self.chain is None:
+            NativeChain.clear(step)
+        else:
+            self.chain.point(step, first_draft_row)
+        self.attn_for: tuple = (None, None)         # (cache, RoPE table) the struct's attention points into
+        self.ctx_rows = self.ctx_chunks = 0
+        self._grow_context(64, n_slots)
+
+    def _grow_context(self, rows: int, addresses: int) -> None:
+        step = self.struct
+        if rows > self.ctx_rows:
+            self.ctx_rows = max(rows, 2 * self.ctx_rows)
+            self.ctx_index = np.zeros((2, self.ctx_rows), dtype=np.int64)
+            step.ctx_slot, step.ctx_pos = self.ctx_index[0].ctypes.data, self.ctx_index[1].ctypes.data
+        if addresses > self.ctx_chunks:
+            self.ctx_chunks = max(addresses, 2 * self.ctx_chunks)
+            self.chunk_rows = np.zeros(self.ctx_chunks, dtype=np.int64)
+            self.part_ptrs = (ctypes.c_void_p * self.ctx_chunks)()
+            step.ctx_chunk_rows, step.ctx_parts = self.chunk_rows.ctypes.data, ctypes.addressof(self.part_ptrs)
+
+    def set_context(self, chunk_rows: list[int], addresses: list[int], ctx_slots, ctx_positions) -> None:
+        """The new context rows: per chunk its row count, the addresses of its parts (chunk by chunk), and
+        every row's slot and position (lists or arrays)."""
+        n_ctx = sum(chunk_rows)
+        self._grow_context(n_ctx, max(len(addresses), len(chunk_rows)))
+        if n_ctx:
+            self.ctx_index[0, :n_ctx] = ctx_slots
+            self.ctx_index[1, :n_ctx] = ctx_positions
+            self.chunk_rows[:len(chunk_rows)] = chunk_rows
+            self.part_ptrs[:len(addresses)] = addresses
+        step = self.struct
+        step.n_ctx, step.n_chunks = n_ctx, len(chunk_rows)
+        step.n_parts = len(addresses) // len(chunk_rows) if chunk_rows else 1
 
 
 class NativeBlockCall:
     """The native call of one BlockDrafter after new_cache (its layers packed): `forward` is forward_cached,
-    `draft` adds the lm_head, the draft picks, the Markov chain and the confidence head."""
+    `draft` adds the lm_head, the draft picks, the Markov chain and the confidence head. `shape` and `run`
+    are the same call for a caller that writes the shape's buffers itself (the serving draft)."""
 
     def __init__(self, drafter):
         self.drafter = drafter
-        self.norm = float32_copy(drafter.hidden_norm.weight)           # what the struct points into
+        self.norm = float32_copy(drafter.hidden_norm.weight)           # what the structs point into
         self.struct = capi.BlockDraft(fc=drafter.packed_fc.struct, hidden_norm=self.norm.data_ptr())
-        self.attn_for: tuple = (None, None)
         markov, confidence = drafter.markov_head, drafter.confidence_head
         self.markov_weights = None if markov is None else markov.native_weights()
+        self.markov_ptrs = NativeChain.markov_ptrs(self.markov_weights)
         self.confidence_weights = None if confidence is None else drafter.confidence_weights()
         self.vocab = drafter.native.model.vocab
         self.model_ref = drafter.native.model_ref
         self.first_draft_row = drafter.block_rows_for(1) - 1
-        self.chains: dict[tuple[int, int], NativeChain] = {}
-        self.hidden: dict[tuple[int, int], torch.Tensor] = {}
+        self.shapes: dict[tuple[int, int, int], DraftShape] = {}
 
-    def forward(self, cache: KVCache, ctx_feats, ctx_slots, ctx_positions, slots, pos0, block_tokens,
-                chain: NativeChain | None = None, hidden: torch.Tensor | None = None) -> torch.Tensor:
-        """forward_cached: context rows go in as key/value-only prefix rows. With `chain`, the same call
-        also runs the lm_head over the draft rows and picks the drafts into it. ctx_feats: a tensor [C, m*H]
-        or ContextParts (the rows read where the target's forward wrote them). The kernel derives the rows'
-        slots, positions and visible keys from the index arrays (numpy or torch)."""
-        drafter, step = self.drafter, self.struct
-        n_slots, nb = block_tokens.shape
-        keep: list = []
-        parts = _context_parts(ctx_feats, keep)
-        n_ctx = sum(rows for rows, _ in parts)
-        starts = np.ascontiguousarray(_numpy(pos0), dtype=np.int64)
-        row_slots = np.asarray(slots, dtype=np.int64)
-        index = [row_slots, starts]
-        if n_ctx:
-            index += [np.ascontiguousarray(_numpy(a), dtype=np.int64) for a in (ctx_slots, ctx_positions)]
-        rope = drafter._rope(max(starts.tolist()) + nb)
+    def shape(self, n_slots: int, nb: int, n_draft: int) -> DraftShape:
+        """The buffers of calls for n_slots blocks of nb rows drafting n_draft tokens (0: the layers alone)."""
+        key = (n_slots, nb, n_draft)
+        shape = self.shapes.get(key)
+        if shape is None:
+            shape = self.shapes[key] = DraftShape(self.struct, n_slots, nb, n_draft, self.vocab,
+                                                  self.drafter.cfg.hidden_size, self.first_draft_row)
+        return shape
+
+    def run(self, shape: DraftShape, cache: KVCache, end: int, markov: bool = False, sampling: bool = False,
+            confidence: bool = False) -> None:
+        """One call on the shape's buffers, as written (`end`: past the last position of any row). When
+        drafting: with the Markov head or not, reading the chain's temperatures and uniforms (some slot
+        samples) or not, and evaluating the confidence head or not."""
+        step, keep = shape.struct, []
+        rope = self.drafter._rope(end)
         if rope.rope_type == "dynamic":     # per-row RoPE tables: rows given
-            row_slots_all, positions, key_len, rope_rows = self._explicit_rows(index, nb)
-            step.attn = attention_rows(rope, row_slots_all, positions, key_len, cache, keep, rope_rows)
-            self.attn_for = (None, None)
-        elif self.attn_for[0] is not cache or self.attn_for[1] is not rope.cos:
+            row_slots, positions, key_len, rope_rows = self._explicit_rows(shape)
+            step.attn = attention_rows(rope, row_slots, positions, key_len, cache, keep, rope_rows)
+            shape.attn_for = (None, None)
+        elif shape.attn_for[0] is not cache or shape.attn_for[1] is not rope.cos:
             step.attn = attention_rows(rope, None, None, None, cache, keep)
-            self.attn_for = (cache, rope.cos)      # what the struct points into, kept alive with it
-        block_tokens = np.ascontiguousarray(_numpy(block_tokens), dtype=np.int64)
-        if hidden is None:
-            hidden = torch.empty(n_slots, nb, drafter.cfg.hidden_size, dtype=torch.float32)
-        addresses = [a for _, chunk in parts for a in chunk]
-        part_ptrs = (ctypes.c_void_p * max(1, len(addresses)))(*addresses)
-        chunk_rows = np.array([rows for rows, _ in parts], dtype=np.int64)
-        keep += [index, block_tokens, chunk_rows, part_ptrs]
-        step.n_ctx, step.n_chunks, step.n_parts = n_ctx, len(parts), len(parts[0][1]) if parts else 1
-        step.ctx_chunk_rows, step.ctx_parts = chunk_rows.ctypes.data, ctypes.addressof(part_ptrs)
-        step.n_slots, step.n_block, step.block_tokens = n_slots, nb, block_tokens.ctypes.data
-        step.slot, step.pos0, step.hidden_out = row_slots.ctypes.data, starts.ctypes.data, hidden.data_ptr()
-        step.ctx_slot, step.ctx_pos = (index[2].ctypes.data, index[3].ctypes.data) if n_ctx else (None, None)
-        if chain is None:
-            NativeChain.clear(step)
-        else:
-            chain.fill(step, self.first_draft_row)
-        library().ss_block_draft_forward(self.model_ref, ctypes.byref(step))
-        return hidden
+            shape.attn_for = (cache, rope.cos)      # what the struct points into, kept alive with it
+        if shape.chain is not None:
+            shape.chain.set(step, self.markov_ptrs if markov else None, sampling,
+                            self.confidence_weights if confidence else None)
+        library().ss_block_draft_forward(self.model_ref, shape.ref)
+
+    def _load(self, shape: DraftShape, ctx_feats, ctx_slots, ctx_positions, slots, pos0, block_tokens) -> tuple:
+        """Write forward_cached's inputs into the shape's buffers: ctx_feats a tensor [C, m*H] or ContextParts
+        (the rows read where the target's forward wrote them); index arrays numpy, torch or lists. Returns
+        what must outlive the call."""
+        keep = []
+        if isinstance(ctx_feats, torch.Tensor):
+            feats = ctx_feats.float().contiguous()
+            keep.append(feats)
+            ctx_feats = [(feats.shape[0], [feats.data_ptr()])] if feats.shape[0] else []
+        parts = ctx_feats or []
+        shape.set_context([rows for rows, _ in parts], [a for _, chunk in parts for a in chunk],
+                          _numpy(ctx_slots) if parts else [], _numpy(ctx_positions) if parts else [])
+        shape.index[0] = _numpy(slots)
+        shape.index[1] = _numpy(pos0)
+        shape.block[:] = _numpy(block_tokens)
+        return keep
+
+    def forward(self, cache: KVCache, ctx_feats, ctx_slots, ctx_positions, slots, pos0, block_tokens) -> torch.Tensor:
+        """forward_cached: context rows go in as key/value-only prefix rows; the block's final-normed rows
+        [S, nb, H] (a buffer of this shape's next call too)."""
+        n_slots, nb = block_tokens.shape
+        shape = self.shape(n_slots, nb, 0)
+        keep = self._load(shape, ctx_feats, ctx_slots, ctx_positions, slots, pos0, block_tokens)
+        self.run(shape, cache, int(shape.index[1].max()) + nb)
+        del keep
+        return shape.hidden
 
     def draft(self, cache: KVCache, ctx_feats, ctx_slots, ctx_positions, slots, pos0, block_tokens, n_draft: int,
-              anchors: np.ndarray, markov: bool, temperatures=None, uniforms=None, confidence: bool = False):
+              anchors, markov: bool, temperatures=None, uniforms=None, confidence: bool = False):
         """(the block's final-normed rows [S, nb, H], tokens [S, n], logits [S, n, V] after the Markov bias,
         q [S, n, V] of the sampled slots or None, the confidence head's predictions [S, n] (numpy) when
         `confidence`, else None). All are buffers of this shape's next draft too."""
         n_slots, nb = block_tokens.shape
-        chain = self.chains.get((n_slots, n_draft))
-        if chain is None:
-            chain = self.chains[(n_slots, n_draft)] = NativeChain(n_slots, n_draft, self.vocab)
-        hidden = self.hidden.get((n_slots, nb))
-        if hidden is None:
-            hidden = self.hidden[(n_slots, nb)] = torch.empty(n_slots, nb, self.drafter.cfg.hidden_size)
-        chain.set(anchors, self.markov_weights if markov else None, temperatures, uniforms,
-                  self.confidence_weights if confidence else None)
-        self.forward(cache, ctx_feats, ctx_slots, ctx_positions, slots, pos0, block_tokens, chain, hidden)
-        return hidden, chain.tokens, chain.logits, chain.q, chain.confidence if confidence else None
+        shape = self.shape(n_slots, nb, n_draft)
+        keep = self._load(shape, ctx_feats, ctx_slots, ctx_positions, slots, pos0, block_tokens)
+        chain = shape.chain
+        chain.anchors[:] = _numpy(anchors)
+        sampling = uniforms is not None
+        if sampling:
+            chain.temperatures[:] = _numpy(temperatures)
+            chain.uniforms[:] = uniforms
+        self.run(shape, cache, int(shape.index[1].max()) + nb, markov, sampling, confidence)
+        del keep
+        return shape.hidden, chain.tokens, chain.logits, chain.q, chain.confidence if confidence else None
 
-    def _explicit_rows(self, index: list[np.ndarray], nb: int) -> tuple:
+    def _explicit_rows(self, shape: DraftShape) -> tuple:
         """(row slots, positions, visible keys, per-row RoPE tables) of context rows then block rows, for
         RoPE whose tables depend on the length (dynamic NTK), which the kernel cannot index by position."""
-        slots, starts = index[:2]
-        ctx_slots, ctx_positions = index[2:] if len(index) > 2 else (slots[:0], starts[:0])
+        slots, starts = shape.index
+        nb, n_ctx = shape.block.shape[1], shape.struct.n_ctx
+        ctx_slots, ctx_positions = shape.ctx_index[:, :n_ctx]
         positions = np.concatenate([ctx_positions, (starts[:, None] + np.arange(nb)).reshape(-1)])
         row_slots = np.concatenate([ctx_slots, np.repeat(slots, nb)])
-        key_len = np.concatenate([np.zeros(len(ctx_slots), dtype=np.int64), np.repeat(starts + nb, nb)])
+        key_len = np.concatenate([np.zeros(n_ctx, dtype=np.int64), np.repeat(starts + nb, nb)])
         positions, row_slots, key_len = (torch.from_numpy(a) for a in (positions, row_slots, key_len))
         return row_slots, positions, key_len, self.drafter._cos_sin(positions)

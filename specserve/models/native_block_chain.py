@@ -14,58 +14,62 @@ def _ptr(t: torch.Tensor | None):
 
 class NativeChain:
     """Outputs tokens [S, n] and logits [S, n, V] (Markov-biased when a head is given) of a draft call, in
-    buffers reused by every call of this shape (`set` before each).
+    buffers reused by every call of this shape, which the call's struct points at once (`point`).
 
-    temperatures [S] and uniforms [S, n] (both or neither) make slots with T > 0 sample; their q [S, n, V]
-    (the distributions drawn from, which the verifier reads in the same engine step) is filled too.
-    With confidence weights the confidence head's predictions [S, n] (numpy) are filled as well."""
+    Its inputs are buffers too, written in place before each call: anchors [S], and for slots that sample,
+    temperatures [S] (0: greedy) and uniforms [S, n]; their q [S, n, V] (the distributions drawn from,
+    which the verifier reads in the same engine step) is filled too. `set` says which of them the call
+    reads. With confidence weights the confidence head's predictions [S, n] are filled as well.
+    `tokens_np` and `q_np` are numpy views of the tokens and q (slicing them costs a tenth of a tensor's)."""
 
     def __init__(self, n_slots: int, n_draft: int, vocab: int):
         self.n_slots, self.n_draft, self.vocab = n_slots, n_draft, vocab
         self.tokens = torch.empty(n_slots, n_draft, dtype=torch.int64)
+        self.tokens_np = self.tokens.numpy()
         self.logits = torch.empty(n_slots, n_draft, vocab, dtype=torch.float32)
         self.confidence = np.empty((n_slots, n_draft), dtype=np.float32)
         self.anchors = np.empty(n_slots, dtype=np.int64)
-        self.w1 = self.w2t = self.markov_table = self.temperatures = self.uniforms = self.q = None
-        self.confidence_weights = None
-        self.q_buffer: torch.Tensor | None = None
+        self.temperatures = np.zeros(n_slots, dtype=np.float32)
+        self.uniforms = np.zeros((n_slots, n_draft), dtype=np.float64)
+        self.q_buffer = torch.empty(n_slots, n_draft, vocab)
+        self.q_np = self.q_buffer.numpy()
+        self.q: torch.Tensor | None = None          # q_buffer after a call that sampled, else None
 
-    def set(self, anchors, markov_weights=None, temperatures=None, uniforms=None,
-            confidence_weights: tuple | None = None) -> None:
-        """The next call's inputs: anchors [S] (numpy or torch); DSpark's Markov head as float32 W1 [V, r],
-        bfloat16 W2^T [r, V] and the bias table or None (MarkovHead.native_weights), or None; the sampling
-        inputs, temperatures [S] and uniforms [S, n] (numpy arrays or tensors); and the confidence head's
-        (w over the draft row, per-token Markov term or None, bias), float32 numpy."""
-        self.anchors[:] = anchors if isinstance(anchors, np.ndarray) else anchors.cpu().numpy()
-        self.w1, self.w2t, self.markov_table = (None, None, None) if markov_weights is None else markov_weights
-        self.temperatures = None if uniforms is None else np.ascontiguousarray(temperatures, dtype=np.float32)
-        self.uniforms = None if uniforms is None else np.ascontiguousarray(uniforms, dtype=np.float64)
-        if uniforms is None:
-            self.q = None
-        else:
-            if self.q_buffer is None:
-                self.q_buffer = torch.empty(self.n_slots, self.n_draft, self.vocab)
-            self.q = self.q_buffer
-        self.confidence_weights = confidence_weights
-
-    def fill(self, step: capi.BlockDraft, first_draft_row: int) -> None:
+    def point(self, step: capi.BlockDraft, first_draft_row: int) -> None:
+        """Point the struct at this chain's buffers (once: each field set and address costs about a µs)."""
         step.first_draft_row, step.n_draft = first_draft_row, self.n_draft
         step.logits, step.tokens = self.logits.data_ptr(), self.tokens.data_ptr()
-        step.w2t, step.w1, step.markov_table = _ptr(self.w2t), _ptr(self.w1), _ptr(self.markov_table)
-        step.rank = 0 if self.w1 is None else self.w1.shape[1]
-        step.anchors = self.anchors.ctypes.data
-        step.q = _ptr(self.q)
-        step.temperature, step.uniforms = (None, None) if self.uniforms is None else \
-            (self.temperatures.ctypes.data, self.uniforms.ctypes.data)
-        if self.confidence_weights is None:
+        step.anchors, step.q = self.anchors.ctypes.data, self.q_buffer.data_ptr()
+        self._sampling_ptrs = (self.temperatures.ctypes.data, self.uniforms.ctypes.data)
+
+    def set(self, step: capi.BlockDraft, markov_ptrs: tuple, sampling: bool, confidence: tuple | None) -> None:
+        """What the next call reads besides the buffers: DSpark's Markov head as (W1, W2^T, table or None
+        addresses, rank) or None; whether the temperatures and uniforms are read (some slot samples); the
+        confidence head's (w, per-token term or None, bias) as float32 numpy, or None."""
+        if markov_ptrs is None:
+            step.w2t = step.w1 = step.markov_table = None
+            step.rank = 0
+        else:
+            step.w1, step.w2t, step.markov_table, step.rank = markov_ptrs
+        step.temperature, step.uniforms = self._sampling_ptrs if sampling else (None, None)
+        self.q = self.q_buffer if sampling else None
+        if confidence is None:
             step.conf_w = step.conf_per_token = step.confidence = None
         else:
-            w, per_token, bias = self.confidence_weights
+            w, per_token, bias = confidence
             step.conf_w, step.conf_bias, step.confidence = w.ctypes.data, bias, self.confidence.ctypes.data
             step.conf_per_token = None if per_token is None else per_token.ctypes.data
 
     @staticmethod
+    def markov_ptrs(markov_weights) -> tuple | None:
+        """(W1, W2^T, table) tensors (MarkovHead.native_weights) as the addresses `set` takes."""
+        if markov_weights is None:
+            return None
+        w1, w2t, table = markov_weights
+        return w1.data_ptr(), w2t.data_ptr(), _ptr(table), w1.shape[1]
+
+    @staticmethod
     def clear(step: capi.BlockDraft) -> None:
-        """A call without drafting (a reused struct): the layers alone."""
+        """A call without drafting: the layers alone."""
         step.logits = step.tokens = None
         step.n_draft = 0

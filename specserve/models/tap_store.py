@@ -33,6 +33,8 @@ class TapStore:
         self.data = torch.empty(n_slots, capacity, self.width, dtype=torch.float32)
         self.per_slot = self.data.unbind(0)                 # [capacity, width] views, made once
         self.c_layers = (ctypes.c_int32 * len(self.layers))(*self.layers)
+        self.row_bytes = self.width * 4
+        self.slot_addresses = [t.data_ptr() for t in self.per_slot]
 
     @classmethod
     def for_drafters(cls, taps: tuple[int, ...], n_slots: int, capacity: int, hidden: int):
@@ -50,6 +52,10 @@ class TapStore:
         h = self.hidden
         parts = [block[:, i * h:(i + 1) * h] for i in (self.layers.index(layer) for layer in layers)]
         return parts[0].contiguous() if len(parts) == 1 else torch.cat(parts, dim=-1)
+
+    def row_address(self, slot: int, position: int) -> int:
+        """Where the slot's row at `position` starts (all the store's layers, as `rows` gives them)."""
+        return self.slot_addresses[slot] + position * self.row_bytes
 
     def write(self, row_slots: torch.Tensor, positions: torch.Tensor, states: dict[int, torch.Tensor]) -> None:
         """The PyTorch forward's rows: states[layer] [N, hidden] for every layer of the store."""

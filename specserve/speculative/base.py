@@ -41,8 +41,9 @@ class DraftRequest:
 @dataclass
 class Draft:
     tokens: list[int]
-    # [k, V]: the distributions the tokens were sampled from (a chain's: a CandidateQ of their top-10)
-    q_probs: torch.Tensor | CandidateQ | None = None
+    # [k, V]: the distributions the tokens were sampled from (a chain's: a CandidateQ of their top-10; a
+    # native block draft's: numpy)
+    q_probs: torch.Tensor | np.ndarray | CandidateQ | None = None
     confidence: list[float] | None = None     # [k]: predicted acceptance per position (DSpark)
 
     def truncate(self, n: int) -> "Draft":

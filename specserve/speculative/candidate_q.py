@@ -34,5 +34,7 @@ class CandidateQ:
 
 
 def dense_q(q) -> torch.Tensor | None:
-    """q as [k, vocab] rows, whichever form it came in."""
+    """q as [k, vocab] rows, whichever form it came in (a native block draft's are numpy)."""
+    if isinstance(q, np.ndarray):
+        return torch.from_numpy(q)
     return q.dense() if isinstance(q, CandidateQ) else q

@@ -29,6 +29,7 @@ from ..option import Option, read_options
 from .base import Draft, DraftRequest, Proposer, ProposerContext
 from .confidence_schedule import confident_prefix_lengths
 from .draft_options import draft_settings
+from ..random_stream import draw_uniforms
 from .markov_chain import BlockChain, draft_uniforms, run_block_chain
 
 log = logging.getLogger("specserve.speculative")
@@ -78,11 +79,9 @@ class DFlash(Proposer):
                      self.name, self.settings.n_max, config.max_drafts, config.layout)
         self.n_min, self.p_min = self.settings.n_min, self.settings.p_min
         self.mask_token_id = config.mask_token_id
-        self._mask_blocks: dict[tuple[int, int], np.ndarray] = {}
         self.drafter.quant = self.settings.quant_draft
         self.cache = self.drafter.new_cache(ctx.n_slots, ctx.max_ctx)
         self.drafter.prepare_native_call()
-        self._ctx_rows: list[torch.Tensor] = []     # the last call's context rows (copies must outlive the call)
         self._check_confidence_options()
 
     def _check_confidence_options(self) -> None:
@@ -114,23 +113,6 @@ class DFlash(Proposer):
         return start
 
     # ------------------------------------------------------------------ drafting
-    def _context(self, chunks: list[tuple[int, int, int]], native: bool):
-        """(features, slots [C], positions [C]) of the new context rows (slot, start, end), or three Nones;
-        the index arrays in numpy (a draft call is short, and each small torch op costs µs). The features:
-        for the native call, where they are (block_drafter.ContextParts); else [C, taps * H]."""
-        if not chunks:
-            return None, None, None
-        if len(chunks) == 1:            # the steady state: one slot's last verified rows
-            slot, start, end = chunks[0]
-            slots, positions = np.full(end - start, slot), np.arange(start, end)
-        else:
-            slots = np.concatenate([np.full(end - start, slot, dtype=np.int64) for slot, start, end in chunks])
-            positions = np.concatenate([np.arange(start, end, dtype=np.int64) for _, start, end in chunks])
-        self._ctx_rows = [self.store.rows(slot, start, end, self.taps) for slot, start, end in chunks]
-        if native:
-            return [(rows.shape[0], [rows.data_ptr()]) for rows in self._ctx_rows], slots, positions
-        return torch.cat(self._ctx_rows), slots, positions
-
     def draft(self, requests: list[DraftRequest]) -> dict[int, Draft]:
         n_sampled = self.max_draft_sampled()
         if n_sampled == self.n_draft or all(r.temperature <= 0 for r in requests):
@@ -170,37 +152,56 @@ class DFlash(Proposer):
         """One draft forward of n_draft drafts for every slot: (the block's final-normed rows [S, nb, H],
         BlockChain)."""
         drafter = self.drafter
+        if drafter.native is not None:      # one native call: layers, lm_head and chain
+            return self._run_native(reqs, chunks, sampling, n_draft)
         anchors = np.array([r.id_last for r in reqs], dtype=np.int64)
-        block = self._mask_block(len(reqs), drafter.block_rows_for(n_draft))
+        block = np.full((len(reqs), drafter.block_rows_for(n_draft)), self.mask_token_id, dtype=np.int64)
         block[:, 0] = anchors
-        pos0 = np.array([r.pos0 for r in reqs], dtype=np.int64)
-        context, slots = self._context(chunks, drafter.native is not None), [r.slot for r in reqs]
+        feats = ctx_slots = ctx_positions = None
+        if chunks:
+            feats = torch.cat([self.store.rows(slot, start, end, self.taps) for slot, start, end in chunks])
+            ctx_slots = torch.cat([torch.full((end - start,), slot) for slot, start, end in chunks])
+            ctx_positions = torch.cat([torch.arange(start, end) for _, start, end in chunks])
+        device = drafter.device
+        feats, ctx_slots, ctx_positions = (None if a is None else a.to(device) for a in (feats, ctx_slots, ctx_positions))
+        pos0 = torch.tensor([r.pos0 for r in reqs], dtype=torch.int64, device=device)
+        anchors, block = (torch.from_numpy(a).to(device) for a in (anchors, block))
+        hidden = drafter.forward_cached(self.cache, feats, ctx_slots, ctx_positions, [r.slot for r in reqs], pos0, block)
         temps = uniforms = None
         if any(sampling):
-            temps = np.array([r.temperature if s else 0.0 for r, s in zip(reqs, sampling)], dtype=np.float32)
+            temps = torch.tensor([r.temperature if s else 0.0 for r, s in zip(reqs, sampling)], device=device)
             uniforms = draft_uniforms([r.generator for r in reqs], sampling, n_draft)
-        if drafter.native is not None:      # one native call: layers, lm_head and chain
-            hidden, tokens, logits, q, confidence = drafter.draft_native(
-                self.cache, *context, slots, pos0, block, n_draft, anchors, self.uses_markov, temps, uniforms,
-                self.confidence_wanted)
-            return hidden, BlockChain(tokens, logits, torch.from_numpy(anchors), q, confidence)
         markov = drafter.markov_head if self.uses_markov else None
-        device = drafter.device
-        feats, ctx_slots, ctx_positions = (None if a is None else torch.as_tensor(a, device=device) for a in context)
-        anchors, block, pos0 = (torch.from_numpy(a).to(device) for a in (anchors, block, pos0))
-        hidden = drafter.forward_cached(self.cache, feats, ctx_slots, ctx_positions, slots, pos0, block)
-        temps = None if temps is None else torch.from_numpy(temps).to(device)
         return hidden, run_block_chain(drafter.logits(drafter.draft_rows(hidden)[:, :n_draft]), anchors, markov,
                                        temps, uniforms)
 
-    def _mask_block(self, n_slots: int, n_rows: int) -> np.ndarray:
-        """[n_slots, n_rows] of the mask token, to put the anchors in: one array per shape, reused (the call
-        reads it, nothing keeps it), since every small operation right after the target's forward costs µs."""
-        block = self._mask_blocks.get((n_slots, n_rows))
-        if block is None:
-            block = self._mask_blocks[(n_slots, n_rows)] = np.full((n_slots, n_rows), self.mask_token_id,
-                                                                   dtype=np.int64)
-        return block
+    def _run_native(self, reqs: list[DraftRequest], chunks, sampling: list[bool], n_draft: int):
+        """_run_block on the native kernels: the inputs written into the call's buffers for this shape (each
+        small numpy or torch operation right after the target's forward costs µs), the context rows read
+        where the target's forward wrote them."""
+        call = self.drafter.native_call()
+        nb = self.drafter.block_rows_for(n_draft)
+        shape = call.shape(len(reqs), nb, n_draft)
+        chain = shape.chain
+        anchors, pos0 = [r.id_last for r in reqs], [r.pos0 for r in reqs]
+        shape.index[:] = ([r.slot for r in reqs], pos0)
+        shape.block[:, 1:] = self.mask_token_id
+        shape.block[:, 0] = chain.anchors[:] = anchors
+        ctx_slots, ctx_positions, chunk_rows, addresses = [], [], [], []
+        for slot, start, end in chunks:     # (the store's rows are this drafter's taps: no other proposer taps)
+            ctx_slots += [slot] * (end - start)
+            ctx_positions += range(start, end)
+            chunk_rows.append(end - start)
+            addresses.append(self.store.row_address(slot, start))
+        shape.set_context(chunk_rows, addresses, ctx_slots, ctx_positions)
+        sampled = any(sampling)
+        if sampled:             # the same uniforms, in the same order, as draft_uniforms
+            for i, (req, on) in enumerate(zip(reqs, sampling)):
+                chain.temperatures[i] = req.temperature if on else 0.0
+                chain.uniforms[i] = draw_uniforms(req.generator, n_draft) if on else 0.0
+        call.run(shape, self.cache, max(pos0) + nb, self.uses_markov, sampled, self.confidence_wanted)
+        return shape.hidden, BlockChain(chain.tokens_np, chain.logits, chain.anchors, chain.q_np if sampled else None,
+                                        chain.confidence if self.confidence_wanted else None)
 
     def _samples(self, req: DraftRequest) -> bool:
         """Whether this slot's drafts are sampled (and carry q) rather than greedy."""

@@ -26,17 +26,19 @@ from ..sampling import draw_with_uniform
 
 @dataclass
 class BlockChain:
-    tokens: torch.Tensor     # [S, n] int64 drafts
-    logits: torch.Tensor     # [S, n, V] float32 Markov-corrected logits, before temperature
-    anchors: torch.Tensor    # [S] int64
-    q: torch.Tensor | None = None    # [S, n, V] the distributions the sampled slots drew from
+    """A block's drafts (tokens, anchors and q numpy from the native call, tensors from PyTorch)."""
+    tokens: torch.Tensor | np.ndarray       # [S, n] int64 drafts
+    logits: torch.Tensor                    # [S, n, V] float32 Markov-corrected logits, before temperature
+    anchors: torch.Tensor | np.ndarray      # [S] int64
+    q: torch.Tensor | np.ndarray | None = None    # [S, n, V] the distributions the sampled slots drew from
     confidence: np.ndarray | None = None    # [S, n] DSpark's confidence head, when the native call gave it
 
     @property
     def prev(self) -> np.ndarray:
         """[S, n] the token each position was conditioned on (anchor, d_1..d_{n-1}), as numpy: only the
         confidence head reads it, on the serving path, where numpy calls cost less than torch ones."""
-        return np.concatenate([self.anchors.cpu().numpy()[:, None], self.tokens.cpu().numpy()[:, :-1]], axis=1)
+        anchors, tokens = (np.asarray(t.cpu() if isinstance(t, torch.Tensor) else t) for t in (self.anchors, self.tokens))
+        return np.concatenate([anchors[:, None], tokens[:, :-1]], axis=1)
 
 
 def draft_uniforms(generators: list[torch.Generator | None], sampling: list[bool], n: int) -> np.ndarray | None:
