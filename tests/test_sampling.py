@@ -89,3 +89,30 @@ def test_draws_follow_the_distribution():
         counts[1, tokens[1]] += 1
     assert counts[0, 1] == 0 and counts[1, 2] == 4000
     assert torch.allclose(counts[0] / 4000, probs[0], atol=0.03)
+
+
+def test_native_draw_is_the_in_order_draw():
+    """The native draw finds the crossing with block sums in vector lanes; it must pick exactly the token of
+    the definition (the first whose running double sum passes u * total, in order: PyTorch's cumsum), on
+    dense and truncated rows, every vocabulary size, and uniforms aimed right at a token's edge."""
+    from specserve.kernels import library
+    from specserve.sampling import draw_with_uniform
+    gen = torch.Generator().manual_seed(3)
+    for vocab in (5, 127, 128, 129, 1000, 4096):
+        for trial in range(12):
+            p = torch.softmax(torch.randn(vocab, generator=gen) * (1 + trial), -1)
+            if trial % 3 == 1:          # a top-k row: mostly zeros
+                p[torch.randperm(vocab, generator=gen)[:max(1, vocab - 7)]] = 0
+            if trial % 3 == 2:          # values far below the rest
+                p[::5] *= 1e-30
+            p = p / p.sum()
+            cumulative = p.double().cumsum(0)
+            edges = cumulative[torch.randint(vocab, (4,), generator=gen)] / cumulative[-1]
+            uniforms = torch.cat([torch.rand(8, generator=gen, dtype=torch.float64), edges,
+                                  edges.nextafter(torch.zeros(4, dtype=torch.float64)),
+                                  edges.nextafter(torch.ones(4, dtype=torch.float64))]).clamp(0, 1 - 1e-16)
+            rows = p.unsqueeze(0).repeat(len(uniforms), 1).contiguous()
+            drawn = torch.empty(len(uniforms), dtype=torch.int64)
+            u = np.ascontiguousarray(uniforms.numpy())
+            library().ss_sample(rows.data_ptr(), len(uniforms), vocab, u.ctypes.data, drawn.data_ptr())
+            assert drawn.tolist() == [draw_with_uniform(p, float(x)) for x in u], (vocab, trial)

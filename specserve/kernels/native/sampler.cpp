@@ -36,9 +36,11 @@ void dense_softmax(const float* x, int64_t vocab, float temperature, float* prob
     for (i = 0; i < vocab; i++) probs[i] *= scale;
 }
 
-// the first index whose cumulative probability exceeds u * (row total); rounding can leave the target
-// past the sum: then the last index with a positive probability
-int64_t draw_row(const float* p, int64_t vocab, double u) {
+namespace {
+
+// the first index whose cumulative probability exceeds u * (row total), both summed in order in double;
+// rounding can leave the target past the sum: then the last index with a positive probability
+int64_t draw_row_in_order(const float* p, int64_t vocab, double u) {
     double total = 0.0;
     int64_t last = 0;
     for (int64_t i = 0; i < vocab; i++) {
@@ -52,6 +54,55 @@ int64_t draw_row(const float* p, int64_t vocab, double u) {
         if (cumulative > target && p[i] > 0.0f) return i;
     }
     return last;
+}
+
+}  // namespace
+
+// draw_row_in_order's answer without its two passes of dependent additions (3 µs a row of 4096; a draft
+// at 4 slots draws a dozen): sums of 64-value blocks in vector lanes find the block where the running sum
+// passes u * total, and an in-order pass within it the index. Lanes add in another order, which moves a
+// sum of n non-negative terms by at most n 2^-53 of the total: where the crossing is within kMargin of the
+// total of either side, or the values are not finite and positive, the in-order draw decides.
+int64_t draw_row(const float* p, int64_t vocab, double u) {
+#ifdef SS_AVX512
+    constexpr int64_t kBlock = 64;
+    constexpr double kMargin = 1e-9;
+    const int64_t n_blocks = (vocab + kBlock - 1) / kBlock;
+    if (vocab < 2 * kBlock || vocab > (int64_t(1) << 24)) return draw_row_in_order(p, vocab, u);
+    static thread_local std::vector<double> block_sums;
+    block_sums.resize(n_blocks);
+    double total = 0.0;
+    for (int64_t b = 0; b < n_blocks; b++) {
+        const float* x = p + b * kBlock;
+        double sum = 0.0;
+        if ((b + 1) * kBlock <= vocab) {
+            __m512d acc = _mm512_setzero_pd();
+            for (int j = 0; j < kBlock; j += 8) acc = _mm512_add_pd(acc, _mm512_cvtps_pd(_mm256_loadu_ps(x + j)));
+            sum = _mm512_reduce_add_pd(acc);
+        } else {
+            for (int64_t i = b * kBlock; i < vocab; i++) sum += p[i];
+        }
+        block_sums[b] = sum;
+        total += sum;
+    }
+    if (!(total > 0.0) || !std::isfinite(total)) return draw_row_in_order(p, vocab, u);
+    const double target = u * total, margin = kMargin * total;
+    double before = 0.0;
+    int64_t b = 0;
+    while (b < n_blocks && before + block_sums[b] <= target) before += block_sums[b++];
+    if (b < n_blocks) {
+        const int64_t end = std::min(vocab, (b + 1) * kBlock);
+        for (int64_t i = b * kBlock; i < end; i++) {
+            const double after = before + p[i];
+            if (after > target) {
+                if (after - target > margin && target - before > margin) return i;
+                break;
+            }
+            before = after;
+        }
+    }
+#endif
+    return draw_row_in_order(p, vocab, u);
 }
 
 namespace {
