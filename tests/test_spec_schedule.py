@@ -97,7 +97,7 @@ def test_drafting_stops_when_it_cannot_pay_for_itself():
     # (but for REALIZED_MIN steps in PLAIN_EVERY kept plain while no step without drafting was timed)
     assert all(d == slots for d in decisions if d) and 0 < decisions.count([]) <= (40 // PLAIN_EVERY + 1) * REALIZED_MIN
     # a draft call as slow as 100 steps could not pay even for perfect drafts: no exploring at all
-    sched.draft_cost.steady[(4, 3)] = 1.0
+    sched.draft_cost.steady[4][3] = 1.0
     sched.draft_cost.estimates.clear()
     sched.observe(0, 3, 3)
     decisions = [sched.drafting_slots(slots, caps) for _ in range(EXPLORE_EVERY * 15)]
@@ -159,7 +159,7 @@ def test_draft_time_comes_from_steady_calls_and_each_larger_slot_count_is_measur
     sched.drafting_slots([0, 1], [3, 3])
     sched.note_draft_time(0.009, 2)                                  # a slower call moves it a little
     assert 0.002 < sched.draft_time(2) < 0.003
-    sched.draft_cost.steady[(2, 3)] = 0.002
+    sched.draft_cost.steady[2][3] = 0.002
     sched.draft_cost.estimates.clear()
     # one slot: priced as the smallest measured count (a call for fewer slots costs no more)
     assert sched.draft_time(1) == 0.002
@@ -232,7 +232,7 @@ def test_draft_lengths_stop_at_what_the_requests_can_draft():
     for _ in range(2):                          # measured at the longest length the requests can draft
         assert sched.drafting_slots(slots, [2] * 4) == slots and sched.draft_length == 2
         sched.note_draft_time(0.0002, 4)
-    assert set(sched.draft_cost.steady) == {(4, 2)}
+    assert {n: set(t) for n, t in sched.draft_cost.steady.items()} == {4: {2}}
     for slot in range(4):
         for _ in range(20):
             sched.observe(slot, 2, 2)

@@ -408,7 +408,8 @@ class AcceptanceScheduler:
         """Whole engine steps per second by verified rows, with n_drafting slots drafting `length` tokens
         (Algorithm 1 asks it for every candidate row count: the draft time is worked out once)."""
         fixed = self.draft_time(n_drafting, length) + self.other_seconds(True)
-        return lambda rows: 1.0 / (1.0 / self.cost_table.steps_per_second(rows) + fixed)
+        seconds = self.cost_table.step_seconds(n_drafting * (1 + self.n_positions))
+        return lambda rows: 1.0 / (seconds[rows] + fixed)
 
     def lengths(self, slots: list[int], drafts: list[Draft]) -> np.ndarray:
         """How many tokens of each draft to verify."""

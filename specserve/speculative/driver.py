@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import replace
-
 import numpy as np
 
 from .acceptance_schedule import AcceptanceScheduler
@@ -92,7 +90,9 @@ class SpecDriver:
                                                    [self.caps[r.temperature > 0] for r in requests])
             if not chosen:
                 return {}
-            requests = [replace(requests[i], n_scheduled=self.scheduler.draft_length) for i in chosen]
+            requests = [requests[i] for i in chosen]
+            for r in requests:      # (the engine's requests are made per step: set, not copied)
+                r.n_scheduled = self.scheduler.draft_length
         won: dict[int, tuple[Proposer, Draft]] = {}
         pending = list(requests)
         t_start = time.perf_counter()

@@ -31,18 +31,27 @@ class StepCostTable:
         self.rows = np.asarray(rows, dtype=np.int64)[order]
         self.seconds = np.maximum.accumulate(np.asarray(seconds, dtype=np.float64)[order])
         self._rates: dict[int, float] = {}      # asked every engine step: worked out once per row count
+        self._seconds: list[float] = []
 
     def steps_per_second(self, n_rows: int) -> float:
         """1 / step time at n_rows (linear interpolation; linear growth past the last entry)."""
         rate = self._rates.get(n_rows)
         if rate is None:
-            last = int(self.rows[-1])
-            if n_rows > last:
-                rate = 1.0 / (self.seconds[-1] * n_rows / last)
-            else:
-                rate = 1.0 / float(np.interp(n_rows, self.rows, self.seconds))
-            self._rates[n_rows] = rate
+            rate = self._rates[n_rows] = 1.0 / self._interpolated(n_rows)
         return rate
+
+    def step_seconds(self, n_rows: int) -> list[float]:
+        """Step times for 0..n_rows rows (and maybe more) as a list to index: Algorithm 1 reads one per
+        candidate row, every drafting step."""
+        if len(self._seconds) <= n_rows:
+            self._seconds = [self._interpolated(max(rows, 1)) for rows in range(2 * n_rows + 1)]
+        return self._seconds
+
+    def _interpolated(self, n_rows: int) -> float:
+        last = int(self.rows[-1])
+        if n_rows > last:
+            return float(self.seconds[-1]) * n_rows / last
+        return float(np.interp(n_rows, self.rows, self.seconds))
 
     @classmethod
     def load(cls, path: str | Path) -> "StepCostTable":

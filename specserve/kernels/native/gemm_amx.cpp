@@ -140,7 +140,10 @@ void gemm_amx(const ss_weight& w, const void* x, int64_t m, int64_t ldx, const E
     const uint64_t call = g_call.fetch_add(1) + 1;
     parallel_for(n_tiles * m_tiles, [&](int64_t task) {
         configure_tiles(call);
-        const int64_t tile = task % n_tiles, r0 = (task / n_tiles) * AMX_ROWS;
+        // a column tile's row tiles one after the other: its weights (tens of KB) are read from memory once
+        // and again from cache, where row tile by row tile over all columns read the whole matrix per 16 rows
+        // (verifying 4 slots' drafts of 4, 20 rows, cost 30 % more than 16)
+        const int64_t tile = task / m_tiles, r0 = (task % m_tiles) * AMX_ROWS;
         const int64_t block0 = tile * NR;
         const int c = (int)std::min<int64_t>(NR, n_blocks - block0);
         alignas(64) float acc[AMX_ROWS * NR * NB];
