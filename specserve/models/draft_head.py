@@ -14,7 +14,7 @@ from .rope import RotaryEmbedding
 from .step_batch import StepBatch
 from ..kernels import capi, library, use_native_kernels
 from ..kernels.packed import PackedLinear
-from .native_decoder import NativeLayers, causal_attention, commit_lengths, refill_causal_attention
+from .native_decoder import NativeLayers, causal_attention, commit_lengths, draft_buffer, refill_causal_attention
 from .transformer import ACTIVATIONS, ServingWeights, float32_copy, linear, rope_tables, serving_cache
 
 
@@ -28,6 +28,7 @@ class DraftHead(nn.Module):
         self.native: NativeLayers | None = None               # built by new_cache() on the native kernels
         self.packed: dict[str, PackedLinear] = {}
         self.quant: str | None = None
+        self._drafts: dict = {}                               # draft_chain's outputs by shape
 
     def decoder_layers(self) -> list[nn.Module]:
         raise NotImplementedError
@@ -106,7 +107,7 @@ class DraftHead(nn.Module):
         self._chain_attn_for = refill_causal_attention(chain, self._chain_attn_for, self.rope, batch, cache, keep)
         chain.n_out, chain.out_rows = batch.output_rows.shape[0], batch.output_rows.data_ptr()
         chain.id_map = 0 if id_map is None else id_map.data_ptr()
-        drafts = torch.empty(batch.output_rows.shape[0], 1 + n_more, dtype=torch.int64)
+        drafts = draft_buffer(self._drafts, batch.output_rows.shape[0], 1 + n_more)
         library().ss_head_draft_chain(self.native.model_ref, ctypes.byref(chain), n_more,
                                       None if pick is None else pick.ref, drafts.data_ptr())
         for seg in batch.segments:

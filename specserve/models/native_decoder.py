@@ -161,6 +161,14 @@ def refill_causal_attention(owner, filled_for: tuple, rope: RotaryEmbedding, bat
     return filled_for
 
 
+def draft_buffer(buffers: dict, n_slots: int, n_drafts: int) -> torch.Tensor:
+    """A draft chain's output [n_slots, n_drafts] int64, one per shape, reused (the callers read it at once)."""
+    out = buffers.get((n_slots, n_drafts))
+    if out is None:
+        out = buffers[(n_slots, n_drafts)] = torch.empty(n_slots, n_drafts, dtype=torch.int64)
+    return out
+
+
 def commit_lengths(batch: StepBatch, cache: KVCache) -> None:
     for seg in batch.segments:
         cache.lengths[seg.slot] = seg.pos0 + seg.n_rows
@@ -179,6 +187,7 @@ class NativeDecoder:
         self.lib = library()
         self._per_thread = threading.local()           # .step (a reused capi.Step) and .attn_for per thread
         self._taps: dict = {}
+        self._drafts: dict = {}                         # draft_chain's outputs by shape
 
     @property
     def head(self) -> PackedLinear:
@@ -200,7 +209,7 @@ class NativeDecoder:
         The cache lengths include every fed row."""
         keep: list = []
         step, _ = self._step(batch, cache, (), False, keep)
-        drafts = torch.empty(batch.output_rows.shape[0], 1 + n_more, dtype=torch.int64)
+        drafts = draft_buffer(self._drafts, batch.output_rows.shape[0], 1 + n_more)
         self.lib.ss_model_draft_chain(self.stack.model_ref, ctypes.byref(step), n_more,
                                       None if pick is None else pick.ref, drafts.data_ptr())
         for seg in batch.segments:

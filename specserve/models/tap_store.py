@@ -35,6 +35,7 @@ class TapStore:
         self.c_layers = (ctypes.c_int32 * len(self.layers))(*self.layers)
         self.row_bytes = self.width * 4
         self.slot_addresses = [t.data_ptr() for t in self.per_slot]
+        self.per_slot_np = [t.numpy() for t in self.per_slot]
 
     @classmethod
     def for_drafters(cls, taps: tuple[int, ...], n_slots: int, capacity: int, hidden: int):
@@ -52,6 +53,10 @@ class TapStore:
         h = self.hidden
         parts = [block[:, i * h:(i + 1) * h] for i in (self.layers.index(layer) for layer in layers)]
         return parts[0].contiguous() if len(parts) == 1 else torch.cat(parts, dim=-1)
+
+    def numpy_rows(self, slot: int, start: int, end: int):
+        """`rows(slot, start, end)` as a numpy view (slicing one costs a tenth of slicing a tensor)."""
+        return self.per_slot_np[slot][start:end]
 
     def row_address(self, slot: int, position: int) -> int:
         """Where the slot's row at `position` starts (all the store's layers, as `rows` gives them)."""

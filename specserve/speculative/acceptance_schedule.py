@@ -399,7 +399,8 @@ class AcceptanceScheduler:
         n = min(max(caps), length)
         n_rows = len(rates)
         steps_per_second = self._rate_for(n_rows, length)
-        kept = schedule_prefix_lengths([[r] * n for r in rates], steps_per_second, [min(c, n) for c in caps]).tolist()
+        kept = schedule_prefix_lengths([[r] * n for r in rates], steps_per_second, [min(c, n) for c in caps],
+                                       early_stop=False).tolist()
         gain = sum(r ** j for r, k in zip(rates, kept) for j in range(1, k + 1))
         plain = n_rows / (1.0 / self.cost_table.steps_per_second(n_rows) + self.other_seconds(False))
         return (n_rows + gain) * steps_per_second(n_rows + sum(kept)) / plain
@@ -413,11 +414,13 @@ class AcceptanceScheduler:
 
     def lengths(self, slots: list[int], drafts: list[Draft]) -> np.ndarray:
         """How many tokens of each draft to verify."""
-        confidence = []
+        confidence, from_drafts = [], False
         for slot, d in zip(slots, drafts):
             k = min(len(d.tokens), self.n_positions)
+            from_drafts |= d.confidence is not None
             confidence.append(d.confidence[:k] if d.confidence is not None else [self.rate(slot)] * k)
-        return schedule_prefix_lengths(confidence, self._rate_for(len(drafts), self.draft_length))
+        return schedule_prefix_lengths(confidence, self._rate_for(len(drafts), self.draft_length),
+                                       early_stop=from_drafts)
 
     def observe(self, slot: int, n_drafted: int, n_accepted: int) -> None:
         """A verified draft: n_accepted tokens accepted, then (if any was left) one rejected."""

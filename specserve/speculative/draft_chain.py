@@ -44,7 +44,14 @@ class ChainRows:
     slot: int
     tokens: "torch.Tensor | np.ndarray"  # [n] int64 target token ids
     pos0: int                            # position of tokens[0]
-    hidden: torch.Tensor | None = None   # [n, H] input hidden rows (hidden-state drafters)
+    hidden: "torch.Tensor | np.ndarray | None" = None   # [n, H] input hidden rows (hidden-state drafters)
+
+
+def joined_hidden(parts: list) -> torch.Tensor:
+    """Slots' hidden rows [n_i, H] (tensors, or numpy views of the tap store) as one tensor."""
+    if isinstance(parts[0], np.ndarray):
+        return torch.from_numpy(parts[0] if len(parts) == 1 else np.concatenate(parts))
+    return parts[0] if len(parts) == 1 else torch.cat(parts)
 
 
 StepFn = Callable[[StepBatch, "torch.Tensor | None"], "tuple[torch.Tensor | None, torch.Tensor | None]"]
@@ -91,7 +98,7 @@ def feed_long_catch_ups(first: list[ChainRows], step: StepFn) -> None:
             return
         n = MAX_CATCH_UP_ROWS
         batch = StepBatch.build([(r.slot, r.tokens[:n], r.pos0) for r in long_rows], [])
-        hidden = None if long_rows[0].hidden is None else torch.cat([r.hidden[:n] for r in long_rows])
+        hidden = None if long_rows[0].hidden is None else joined_hidden([r.hidden[:n] for r in long_rows])
         step(batch, hidden)
         for r in long_rows:
             r.tokens, r.pos0 = r.tokens[n:], r.pos0 + n
@@ -170,8 +177,7 @@ def one_call_chain(requests: list[DraftRequest], first: list[ChainRows], step: S
         if ChainPick.needed(reqs, settings) else None
     last_rows = list(accumulate(r.tokens.shape[0] for r in first))
     batch = StepBatch.build([(r.slot, r.tokens, r.pos0) for r in first], [n - 1 for n in last_rows])
-    hidden = None if first[0].hidden is None else \
-        first[0].hidden if len(first) == 1 else torch.cat([r.hidden for r in first])
+    hidden = None if first[0].hidden is None else joined_hidden([r.hidden for r in first])
     drafts = chain(batch, hidden, max(caps) - 1, pick).tolist()
     out = {}
     for i, (r, cap, tokens) in enumerate(zip(first, caps, drafts)):
@@ -189,7 +195,7 @@ def run_chain(requests: list[DraftRequest], first: list[ChainRows], step: StepFn
     q_probs: dict[int, list[torch.Tensor]] = {r.slot: [] for r in first}
     feed_long_catch_ups(first, step)
     rows = first
-    hidden = None if not first or first[0].hidden is None else torch.cat([r.hidden for r in first])
+    hidden = None if not first or first[0].hidden is None else joined_hidden([r.hidden for r in first])
     while rows:
         outputs, end = [], 0
         for r in rows:

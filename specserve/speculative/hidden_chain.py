@@ -59,17 +59,22 @@ class HiddenChainProposer(Proposer):
 
     def draft(self, requests: list[DraftRequest]) -> dict[int, Draft]:
         first, one_call = [], self._one_call()
-        project = self.project if not (one_call and self.head.chain_projects()) else None   # else the chain does
+        # the features are projected here unless the chain does it, or there is nothing to project (MTP)
+        projects = type(self).project is not HiddenChainProposer.project
+        project = self.project if projects and not (one_call and self.head.chain_projects()) else None
         for req in requests:
             if req.pos0 < 1:
                 continue
             slot = req.slot
             start = min(self.fed[slot], req.pos0 - 1, self.cache.length(slot))
             self.cache.truncate(slot, start)
-            tokens = np.concatenate([req.tokens[start + 1:req.pos0], np.array([req.id_last], dtype=np.int64)])
-            hidden = self.store.rows(slot, start, req.pos0, self.taps)
-            if project is not None:
-                hidden = project(hidden)
+            tokens = np.empty(req.pos0 - start, dtype=np.int64)
+            tokens[:-1], tokens[-1] = req.tokens[start + 1:req.pos0], req.id_last
+            if project is None and self.taps == self.store.layers:      # a view, numpy: cheaper to slice and join
+                hidden = self.store.numpy_rows(slot, start, req.pos0)
+            else:
+                hidden = self.store.rows(slot, start, req.pos0, self.taps)
+                hidden = hidden if project is None else project(hidden)
             first.append(ChainRows(slot, tokens, start, hidden))
             self.fed[slot] = req.pos0            # the seed row pairs the last feature with id_last: final
         if not first:
