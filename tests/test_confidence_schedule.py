@@ -26,6 +26,17 @@ def test_appendix_a_early_stop_ignores_the_next_confidence():
     # a global search (no early stop) would pick length 2 in the first case: Theta_2 = 2.52 * 0.45 = 1.134
 
 
+def test_without_the_early_stop_admission_goes_past_a_cost_jump():
+    """Step costs jump where the rows fill a new kernel tile: the early stop halts at the jump, admission up
+    to the best count goes past it when the drafts beyond pay for it."""
+    seconds = {rows: 1.0 + 0.01 * rows + (0.5 if rows > 4 else 0.0) for rows in range(1, 20)}
+    sps = lambda rows: 1.0 / seconds[rows]  # noqa: E731
+    conf = [[0.95] * 8]
+    assert schedule_prefix_lengths(conf, sps).tolist() == [3]                       # 4 rows, then the jump
+    assert schedule_prefix_lengths(conf, sps, early_stop=False).tolist() == [8]
+    assert schedule_prefix_lengths([[0.3] * 8], sps, early_stop=False).tolist() == [3]   # the rest would not pay
+
+
 def test_two_requests_admitted_by_survival_until_throughput_drops():
     # survival a: r0 = 0.9, 0.81, 0.405; r1 = 0.6, 0.54
     # admit (0,0): 2.9*0.95 = 2.755 > 2.0; (0,1): 3.71*0.9 = 3.339; (1,0): 4.31*0.7 = 3.017 -> stop

@@ -27,6 +27,24 @@ PROMPTS = DRAFTER_PROMPTS[:3] + [PI[:11], [100, 101, 102, 103] * 2, TWO]
 GREEDY = SamplingParams(temperature=0, max_tokens=40, ignore_eos=True)
 
 
+def test_confidences_stop_at_a_cost_jump_only_where_a_request_samples():
+    """Past 16 rows a step costs a jump more (the kernels' second row tile). With the drafts' own confidences
+    and a sampled request, Algorithm 1 keeps its early stop (lossless sampling needs it) and halts there; when
+    every request is greedy, which any verified length leaves exact, it admits up to its best count, as it
+    does with rates from history."""
+    rows = list(range(1, 41))
+    table = StepCostTable(rows, [0.001 + 0.00001 * r + (0.0003 if r > 16 else 0.0) for r in rows])
+    sched = AcceptanceScheduler(4, 8, table)
+    drafts = [Draft(list(range(8)), confidence=[0.95] * 8) for _ in range(4)]
+    assert sched.lengths([0, 1, 2, 3], drafts).tolist() == [3, 3, 3, 3]                # 16 rows
+    assert sched.lengths([0, 1, 2, 3], drafts, greedy=True).tolist() == [8, 8, 8, 8]
+    for slot in range(4):
+        for _ in range(30):
+            sched.observe(slot, 8, 8)                                                   # history: 0.95+
+    history = [Draft(list(range(8))) for _ in range(4)]
+    assert sched.lengths([0, 1, 2, 3], history).tolist() == [8, 8, 8, 8]
+
+
 def test_scheduler_learns_each_slots_acceptance():
     flat = AcceptanceScheduler(2, 4, StepCostTable([1, 64], [0.01, 0.01]))     # rows are free: verify all
     assert flat.lengths([0, 1], [Draft([1, 2, 3, 4]), Draft([5, 6])]).tolist() == [4, 2]
@@ -277,7 +295,7 @@ def test_a_cut_draft_with_q_teaches_nothing():
             return {r.slot: Draft([5, 6], torch.full((2, 8), 1 / 8) if r.slot else None) for r in requests}
 
     driver = SpecDriver([TwoKinds(ctx)], 2, AcceptanceScheduler(2, 2, StepCostTable([1, 64], [0.01, 0.01])))
-    driver.scheduler.lengths = lambda slots, drafts: np.zeros(len(slots), dtype=np.int64)     # every draft cut
+    driver.scheduler.lengths = lambda slots, drafts, greedy: np.zeros(len(slots), dtype=np.int64)   # all cut
     requests = [DraftRequest(slot, 2, 4, 1, np.zeros(4, dtype=np.int64), temperature=1.0) for slot in (0, 1)]
     assert driver.draft(requests) == {} and driver.unverified == {0: 5}
 

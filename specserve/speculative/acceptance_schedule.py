@@ -412,15 +412,17 @@ class AcceptanceScheduler:
         seconds = self.cost_table.step_seconds(n_drafting * (1 + self.n_positions))
         return lambda rows: 1.0 / (seconds[rows] + fixed)
 
-    def lengths(self, slots: list[int], drafts: list[Draft]) -> np.ndarray:
-        """How many tokens of each draft to verify."""
+    def lengths(self, slots: list[int], drafts: list[Draft], greedy: bool = False) -> np.ndarray:
+        """How many tokens of each draft to verify. Algorithm 1 stops at its first non-improvement only where
+        that keeps it lossless: with the drafts' own confidences and a request that samples (`greedy`: none
+        does; greedy verification emits the target's tokens whatever is verified)."""
         confidence, from_drafts = [], False
         for slot, d in zip(slots, drafts):
             k = min(len(d.tokens), self.n_positions)
             from_drafts |= d.confidence is not None
             confidence.append(d.confidence[:k] if d.confidence is not None else [self.rate(slot)] * k)
         return schedule_prefix_lengths(confidence, self._rate_for(len(drafts), self.draft_length),
-                                       early_stop=from_drafts)
+                                       early_stop=from_drafts and not greedy)
 
     def observe(self, slot: int, n_drafted: int, n_accepted: int) -> None:
         """A verified draft: n_accepted tokens accepted, then (if any was left) one rejected."""

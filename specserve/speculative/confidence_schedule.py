@@ -32,8 +32,9 @@ def schedule_prefix_lengths(confidence, steps_per_second: Callable[[int], float]
     early_stop=False admits the candidates up to the best throughput of any count instead of stopping at
     the first that does not improve it: step costs jump where the rows fill a new tile of the kernels, and a
     stop there kept 4 slots' drafts at 16 rows where 40 paid more. Only for confidences that do not come
-    from the drafts themselves (estimates from history): whether a draft is verified must not depend on a
-    later draft's confidence, which depends on the draft before it (the paper's Appendix A).
+    from the drafts themselves (estimates from history), or drafts verified greedily: for sampled
+    verification whether a draft is verified must not depend on a later draft's confidence, which depends
+    on the draft before it (the paper's Appendix A).
 
     Plain floats and one sort, no numpy: the serving path runs this every drafting step, right after a
     forward, where each numpy call costs µs (at 4 slots the array version took 150 µs a call)."""

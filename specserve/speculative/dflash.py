@@ -26,10 +26,10 @@ from ..errors import OptionError
 from ..models.block_drafter import load_block_drafter
 from ..models.block_drafter_format import LAYOUTS
 from ..option import Option, read_options
+from ..random_stream import draw_uniforms
 from .base import Draft, DraftRequest, Proposer, ProposerContext
 from .confidence_schedule import confident_prefix_lengths
 from .draft_options import draft_settings
-from ..random_stream import draw_uniforms
 from .markov_chain import BlockChain, draft_uniforms, run_block_chain
 
 log = logging.getLogger("specserve.speculative")

@@ -116,7 +116,7 @@ class SpecDriver:
         if self.scheduler is not None:
             self.scheduler.note_draft_time(self.draft_seconds, len(requests))
             if won:
-                self._schedule(won)
+                self._schedule(won, all(r.temperature <= 0 for r in requests))
         results: dict[int, Draft] = {}
         self.rows_verified = n_rows + sum(len(d.tokens) for _, d in won.values())
         for slot, (p, d) in won.items():
@@ -128,10 +128,11 @@ class SpecDriver:
             c.n_gen_tokens += len(d.tokens)
         return results
 
-    def _schedule(self, won: dict[int, tuple[Proposer, Draft]]) -> None:
-        """--spec-schedule: cut the drafts to the lengths worth verifying; remember the ones cut to nothing."""
+    def _schedule(self, won: dict[int, tuple[Proposer, Draft]], greedy: bool) -> None:
+        """--spec-schedule: cut the drafts to the lengths worth verifying; remember the ones cut to nothing.
+        `greedy`: every request decodes greedily (then any choice of lengths leaves the output as it is)."""
         slots = list(won)
-        lengths = self.scheduler.lengths(slots, [won[s][1] for s in slots])
+        lengths = self.scheduler.lengths(slots, [won[s][1] for s in slots], greedy)
         for slot, n in zip(slots, lengths.tolist()):
             p, d = won[slot]
             if n == 0:
