@@ -188,6 +188,7 @@ class NativeDecoder:
         self._per_thread = threading.local()           # .step (a reused capi.Step) and .attn_for per thread
         self._taps: dict = {}
         self._drafts: dict = {}                         # draft_chain's outputs by shape
+        self._chain_logits: dict = {}                   # ... and its first step's logits by row count
 
     @property
     def head(self) -> PackedLinear:
@@ -208,7 +209,7 @@ class NativeDecoder:
         n_more steps that feed each slot's last draft, picked by `pick` (a ChainPick; None: the argmax).
         The cache lengths include every fed row."""
         keep: list = []
-        step, _ = self._step(batch, cache, (), False, keep)
+        step, _ = self._step(batch, cache, (), False, keep, chain=True)
         drafts = draft_buffer(self._drafts, batch.output_rows.shape[0], 1 + n_more)
         self.lib.ss_model_draft_chain(self.stack.model_ref, ctypes.byref(step), n_more,
                                       None if pick is None else pick.ref, drafts.data_ptr())
@@ -217,18 +218,24 @@ class NativeDecoder:
         return drafts
 
     def _step(self, batch: StepBatch, cache: KVCache, taps, want_final_hidden: bool, keep: list,
-              store: TapStore | None = None):
+              store: TapStore | None = None, chain: bool = False):
         """The C step struct of `batch` and the ForwardOutput its buffers fill; `keep` holds what it points into.
         One struct per decoder and thread, refilled: right after a forward every Python operation runs on cold
-        caches, and the fields that change per step are few."""
+        caches, and the fields that change per step are few. `chain`: the first step of a draft chain, whose
+        logits only the call reads (a buffer per row count, reused) and which needs no argmax."""
         n, hidden, mine = batch.n_tokens, self.hidden, self._per_thread
         if not hasattr(mine, "step"):
             mine.step, mine.attn_for = capi.Step(), (None, None)
         step = mine.step
         mine.attn_for = refill_causal_attention(step, mine.attn_for, self.model.rope, batch, cache, keep)
         n_out = int(batch.output_rows.shape[0])
-        logits = torch.empty(n_out, self.vocab, dtype=torch.float32) if n_out else None
-        argmax = torch.empty(n_out, dtype=torch.int64) if n_out else None
+        if chain:
+            logits, argmax = self._chain_logits.get(n_out), None
+            if logits is None:
+                logits = self._chain_logits[n_out] = torch.empty(n_out, self.vocab, dtype=torch.float32)
+        else:
+            logits = torch.empty(n_out, self.vocab, dtype=torch.float32) if n_out else None
+            argmax = torch.empty(n_out, dtype=torch.int64) if n_out else None
         final = torch.empty(n, hidden, dtype=torch.float32) if want_final_hidden else None
         tap_out, tap_layers = None, ()
         step.n_taps, step.tap_slot_rows = len(taps), 0

@@ -135,12 +135,12 @@ class ChainPick:
         pick = pool.get(key)
         if pick is None:
             pick = pool[key] = cls(len(requests), max(caps), vocab_size, p_min)
-        pick.sampled = [sample and r.temperature > 0 for r in requests]
+        pick.sampled = sampled = [sample and r.temperature > 0 for r in requests]
         pick.top_prob.fill(0)           # steps the kernel does not run stay below any p_min
-        for i, (req, cap) in enumerate(zip(requests, caps)):
-            pick.temperature[i] = req.temperature if pick.sampled[i] else 0.0
-            pick.uniforms[i, cap:] = 0
-            if pick.sampled[i]:
+        pick.temperature[:] = [r.temperature if on else 0.0 for r, on in zip(requests, sampled)]
+        pick.uniforms.fill(0)
+        for i, (req, cap, on) in enumerate(zip(requests, caps, sampled)):
+            if on:
                 pick.uniforms[i, :cap] = draw_uniforms(req.generator, cap)
         return pick
 

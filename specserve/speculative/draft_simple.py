@@ -44,15 +44,20 @@ class DraftSimple(Proposer):
         self.agreed = [0] * ctx.n_slots      # per slot: cache rows known to equal the committed tokens
 
     def _catch_up_rows(self, req: DraftRequest) -> ChainRows:
-        tokens, slot = req.tokens, req.slot
+        tokens, slot, seen = req.tokens, req.slot, self.seen[req.slot]
         n = min(self.cache.length(slot), len(tokens))     # id_last is always fed: its row drafts d1
         # rows below `agreed` hold committed tokens: only the rows after them (the last drafts) are compared
         start = min(self.agreed[slot], n)
-        diff = np.flatnonzero(self.seen[slot, start:n] != tokens[start:n])
-        common = start + int(diff[0]) if diff.size else n
+        common = n
+        if start < n:
+            diff = np.flatnonzero(seen[start:n] != tokens[start:n])
+            common = start + int(diff[0]) if diff.size else n
         self.cache.truncate(slot, common)
         self.agreed[slot] = len(tokens) + 1                # id_last, fed now, is committed by the verify
-        return ChainRows(slot, torch.from_numpy(np.append(tokens[common:], req.id_last)), common)
+        fed = np.empty(len(tokens) + 1 - common, dtype=np.int64)
+        fed[:-1], fed[-1] = tokens[common:], req.id_last
+        seen[common:common + len(fed)] = fed               # (trusted only up to the cache's length)
+        return ChainRows(slot, fed, common)
 
     def _step(self, batch: StepBatch, hidden):
         tokens = batch.tokens
@@ -82,9 +87,8 @@ class DraftSimple(Proposer):
                 and model.rope.rope_type != "dynamic")
 
     def _chain_call(self, batch: StepBatch, hidden, n_more: int, pick) -> torch.Tensor:
-        """one_call_chain's call: every draft step in one native call, recording what the cache holds."""
-        for seg in batch.segments:
-            self.seen[seg.slot, seg.pos0:seg.pos0 + seg.n_rows] = batch.tokens[seg.start:seg.start + seg.n_rows].numpy()
+        """one_call_chain's call: every draft step in one native call, recording the drafts it feeds back (the
+        rows of `batch` are recorded already, by _catch_up_rows)."""
         drafts = self.model.native.draft_chain(batch, self.cache, n_more, pick)
         for seg, tokens in zip(batch.segments, drafts.numpy()):
             end = seg.pos0 + seg.n_rows
