@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import time
+
 import numpy as np
 
 from .acceptance_schedule import AcceptanceScheduler
