@@ -26,7 +26,6 @@ from ..errors import OptionError
 from ..models.block_drafter import load_block_drafter
 from ..models.block_drafter_format import LAYOUTS
 from ..option import Option, read_options
-from ..random_stream import draw_uniforms
 from .base import Draft, DraftRequest, Proposer, ProposerContext
 from .confidence_schedule import confident_prefix_lengths
 from .draft_options import draft_settings
@@ -194,11 +193,9 @@ class DFlash(Proposer):
             chunk_rows.append(end - start)
             addresses.append(self.store.row_address(slot, start))
         shape.set_context(chunk_rows, addresses, ctx_slots, ctx_positions)
-        sampled = any(sampling)
-        if sampled:             # the same uniforms, in the same order, as draft_uniforms
-            for i, (req, on) in enumerate(zip(reqs, sampling)):
-                chain.temperatures[i] = req.temperature if on else 0.0
-                chain.uniforms[i] = draw_uniforms(req.generator, n_draft) if on else 0.0
+        sampled = draft_uniforms([r.generator for r in reqs], sampling, n_draft, chain.uniforms) is not None
+        if sampled:
+            chain.temperatures[:] = [r.temperature if on else 0.0 for r, on in zip(reqs, sampling)]
         call.run(shape, self.cache, max(pos0) + nb, self.uses_markov, sampled, self.confidence_wanted)
         return shape.hidden, BlockChain(chain.tokens_np, chain.logits, chain.anchors, chain.q_np if sampled else None,
                                         chain.confidence if self.confidence_wanted else None)

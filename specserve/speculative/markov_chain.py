@@ -41,14 +41,20 @@ class BlockChain:
         return np.concatenate([anchors[:, None], tokens[:, :-1]], axis=1)
 
 
-def draft_uniforms(generators: list[torch.Generator | None], sampling: list[bool], n: int) -> np.ndarray | None:
+def draft_uniforms(generators: list[torch.Generator | None], sampling: list[bool], n: int,
+                   out: np.ndarray | None = None) -> np.ndarray | None:
     """Per-slot uniforms [S, n] float64 for the draws (zero rows for greedy slots), or None if no slot samples
-    (numpy: the native call reads it in place, and a tensor made per draft costs µs)."""
+    (numpy: the native call reads it in place, and a tensor made per draft costs µs); written into `out`
+    [S, n] when given (a native call's buffer)."""
     if not any(sampling):
         return None
-    if len(generators) == 1:            # one slot (the common case): its uniforms as they are
-        return draw_uniforms(generators[0], n)[None]
-    return np.stack([draw_uniforms(gen, n) if on else np.zeros(n) for gen, on in zip(generators, sampling)])
+    if out is None:
+        if len(generators) == 1:        # one slot (the common case): its uniforms as they are
+            return draw_uniforms(generators[0], n)[None]
+        out = np.empty((len(generators), n))
+    for i, (gen, on) in enumerate(zip(generators, sampling)):
+        out[i] = draw_uniforms(gen, n) if on else 0.0
+    return out
 
 
 def run_block_chain(base_logits: torch.Tensor, anchors: torch.Tensor, markov_head=None,

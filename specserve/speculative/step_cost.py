@@ -33,15 +33,11 @@ class StepCostTable:
         order = np.argsort(rows)
         self.rows = np.asarray(rows, dtype=np.int64)[order]
         self.seconds = np.maximum.accumulate(np.asarray(seconds, dtype=np.float64)[order])
-        self._rates: dict[int, float] = {}      # asked every engine step: worked out once per row count
-        self._seconds: list[float] = []
+        self._seconds: list[float] = []         # asked every engine step: worked out once per row count
 
     def steps_per_second(self, n_rows: int) -> float:
         """1 / step time at n_rows (linear interpolation; linear growth past the last entry)."""
-        rate = self._rates.get(n_rows)
-        if rate is None:
-            rate = self._rates[n_rows] = 1.0 / self._interpolated(n_rows)
-        return rate
+        return 1.0 / self.step_seconds(n_rows)[n_rows]
 
     def step_seconds(self, n_rows: int) -> list[float]:
         """Step times for 0..n_rows rows (and maybe more) as a list to index: Algorithm 1 reads one per
