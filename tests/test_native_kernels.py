@@ -264,7 +264,7 @@ from specserve import kernels
 from specserve.kernels.packed import PackedLinear
 from specserve.models.step_batch import StepBatch
 from specserve.models.transformer import CausalLM
-assert kernels.library().ss_features() == 0, kernels.library().ss_features()
+assert kernels.library().ss_features() == {features}, kernels.library().ss_features()
 gen = torch.Generator().manual_seed(0)
 for dtype, quant in [(torch.float32, None), (torch.bfloat16, None), (torch.float32, "int8"), (torch.float32, "q8")]:
     w = (torch.randn(40, 37, generator=gen) * 0.1).to(dtype)
@@ -289,11 +289,14 @@ print("portable ok")
 
 
 @pytest.mark.slow
-def test_portable_kernels_without_avx512(tiny_qwen3, tmp_path):
-    """The kernels as a CPU without AVX-512 runs them (built for x86-64-v2): right, and batch-invariant."""
+@pytest.mark.parametrize("march,features", [("x86-64-v2", 0), ("x86-64-v3", capi.FEATURE_AVX2)])
+def test_kernels_without_avx512(tiny_qwen3, tmp_path, march, features):
+    """The kernels as a CPU without AVX-512 runs them: portable (x86-64-v2) and AVX2 + FMA (x86-64-v3,
+    gemm_avx2.cpp): right, and batch-invariant."""
     if os.uname().machine != "x86_64":
-        pytest.skip("x86-64-v2 is an x86 target")
-    env = dict(os.environ, SPECSERVE_MARCH="x86-64-v2", SPECSERVE_CACHE=str(tmp_path / "cache"))
-    result = subprocess.run([sys.executable, "-c", PORTABLE_CHECK.format(model=str(tiny_qwen3))],
+        pytest.skip("x86-64-v2/v3 are x86 targets")
+    env = dict(os.environ, SPECSERVE_MARCH=march, SPECSERVE_CACHE=str(tmp_path / "cache"))
+    check = PORTABLE_CHECK.format(model=str(tiny_qwen3), features=features)
+    result = subprocess.run([sys.executable, "-c", check],
                             capture_output=True, text=True, env=env)
     assert result.returncode == 0 and "portable ok" in result.stdout, result.stderr[-3000:]

@@ -14,7 +14,8 @@ import os
 
 from ..errors import OptionError
 from .build import KernelBuildError, library_path
-from .capi import ABI_VERSION, FEATURE_AMX, FEATURE_AVX512, FEATURE_AVX512_BF16, FEATURE_AVX512_VNNI, bind
+from .capi import (ABI_VERSION, FEATURE_AMX, FEATURE_AVX2, FEATURE_AVX512, FEATURE_AVX512_BF16, FEATURE_AVX512_VNNI,
+                   bind)
 from .threads import default_threads
 
 log = logging.getLogger("specserve.kernels")
@@ -117,7 +118,14 @@ def pool_stats() -> dict:
 
 
 def has_bf16_dot() -> bool:
+    """Whether bf16 weights meet rows rounded to bf16 in bf16 dot products (AVX-512 BF16)."""
     return bool(library().ss_features() & FEATURE_AVX512_BF16)
+
+
+def has_bf16_weights() -> bool:
+    """Whether bf16 weights stay bf16 in memory: bf16 dot products, or (AVX2) widened in registers
+    and multiplied into float32 rows; elsewhere they are stored as float32."""
+    return bool(library().ss_features() & (FEATURE_AVX512_BF16 | FEATURE_AVX2))
 
 
 def has_avx512() -> bool:
@@ -130,5 +138,6 @@ def has_amx() -> bool:
 
 
 def has_int8_dot() -> bool:
-    """Whether q8 weights run on int8 dot-product instructions (elsewhere they take a slow portable path)."""
-    return bool(library().ss_features() & FEATURE_AVX512_VNNI)
+    """Whether q8 weights run on int8 dot-product instructions (AVX-512 VNNI, or AVX2's vpmaddubsw;
+    elsewhere they take a slow portable path)."""
+    return bool(library().ss_features() & (FEATURE_AVX512_VNNI | FEATURE_AVX2))

@@ -9,6 +9,7 @@ OUT_STORE, OUT_ADD, OUT_SWIGLU = 0, 1, 2
 ACTIVATION_IDS = {"silu": 0, "swish": 0, "gelu": 1, "gelu_pytorch_tanh": 2, "gelu_new": 2, "relu": 3}
 FEATURE_AVX512, FEATURE_AVX512_BF16, FEATURE_AMX = 1, 2, 4
 FEATURE_AVX512_VNNI = 16     # int8 dot products: q8 weights run on them (gemm_q8.cpp)
+FEATURE_AVX2 = 32            # AVX2 + FMA without AVX-512 (gemm_avx2.cpp)
 # KV cache element types: llama.cpp's --cache-type names -> (torch dtype name, kernel code)
 CACHE_TYPES = {"f32": ("float32", 0), "f16": ("float16", 1), "bf16": ("bfloat16", 2)}
 

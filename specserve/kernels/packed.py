@@ -1,8 +1,9 @@
 """Weights packed once for the native matrix multiply, and the call that uses them.
 
 `PackedLinear(weight, bias)` is a drop-in for `F.linear(x, weight, bias)` on float32 rows:
-bfloat16 weights stay bfloat16 (dot products of bf16 pairs with float32 accumulation; the rows
-are rounded to bf16 first, as a bf16 matmul does), float32 weights stay float32, and
+bfloat16 weights stay bfloat16 (with AVX-512 BF16, dot products of bf16 pairs with float32
+accumulation, the rows rounded to bf16 first, as a bf16 matmul does; with AVX2, widened to float32
+in registers and multiplied into the float32 rows), float32 weights stay float32, and
 `quant="int8"` stores int8 weights with one float32 scale per output row (symmetric, round to
 nearest), computed once here; `quant="q8"` stores the same int8 weights and also rounds each input
 row to int8 with its own scale, so that the products are integer dot products (AVX-512 VNNI,
@@ -16,7 +17,7 @@ import ctypes
 import torch
 
 from ..errors import OptionError
-from . import capi, has_bf16_dot, library
+from . import capi, has_bf16_weights, library
 
 QUANT_TYPES = (None, "none", "int8", "q8")
 BLOCK = 16
@@ -60,7 +61,7 @@ class PackedLinear:
         if quant in ("int8", "q8"):
             source, scales = quantize_int8(weight)
             wtype, src_bf16 = capi.W_I8 if quant == "int8" else capi.W_Q8, 0
-        elif weight.dtype == torch.bfloat16 and has_bf16_dot():
+        elif weight.dtype == torch.bfloat16 and has_bf16_weights():
             source, wtype, src_bf16 = weight.detach().contiguous(), capi.W_BF16, 1
         else:     # float32 kernels: exact for bf16 weights on CPUs without bf16 dot products
             source, wtype, src_bf16 = weight.detach().float().contiguous(), capi.W_F32, 0

@@ -19,6 +19,9 @@ int32_t ss_features(void) {
 #ifdef SS_AVX512VNNI
     f |= 16;
 #endif
+#ifdef SS_AVX2
+    f |= 32;
+#endif
     return f;
 }
 

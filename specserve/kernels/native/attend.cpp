@@ -11,6 +11,14 @@
 namespace ss {
 namespace {
 
+#ifdef SS_AVX2
+inline float sum8(__m256 v) {      // a fixed order
+    alignas(32) float l[8];
+    _mm256_store_ps(l, v);
+    return ((l[0] + l[1]) + (l[2] + l[3])) + ((l[4] + l[5]) + (l[6] + l[7]));
+}
+#endif
+
 // scores[j] = exp(scores[j] - max) for j < n; returns their sum (in blocks of 16, a fixed order)
 float softmax_numerators(float* scores, int64_t n) {
     const float mx = row_max(scores, n);
@@ -24,6 +32,26 @@ float softmax_numerators(float* scores, int64_t n) {
         acc = _mm512_add_ps(acc, e);
     }
     return _mm512_reduce_add_ps(acc);
+#elif defined(SS_AVX2)
+    const __m256 vmx = _mm256_set1_ps(mx);
+    __m256 acc = _mm256_setzero_ps();
+    int64_t j = 0;
+    for (; j + 8 <= n; j += 8) {
+        const __m256 e = exp256(_mm256_sub_ps(_mm256_loadu_ps(scores + j), vmx));
+        _mm256_storeu_ps(scores + j, e);
+        acc = _mm256_add_ps(acc, e);
+    }
+    if (j < n) {        // the tail through the same exp, the lanes past n dropped
+        alignas(32) float tail[8];
+        for (int64_t l = 0; l < 8; l++) tail[l] = j + l < n ? scores[j + l] : mx;
+        const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+        const __m256 keep = _mm256_castsi256_ps(_mm256_cmpgt_epi32(_mm256_set1_epi32((int)(n - j)), lane));
+        const __m256 e = _mm256_and_ps(exp256(_mm256_sub_ps(_mm256_load_ps(tail), vmx)), keep);
+        _mm256_store_ps(tail, e);
+        for (int64_t l = 0; j + l < n; l++) scores[j + l] = tail[l];
+        acc = _mm256_add_ps(acc, e);
+    }
+    return sum8(acc);
 #else
     float sum = 0.0f;
     for (int64_t j = 0; j < n; j++) {
@@ -104,6 +132,61 @@ struct WeightedTable {
 #undef SS_WEIGHTED_ROW
 #endif
 
+#ifdef SS_AVX2
+// out[c * 8 ..] = sum_j p[j] * values[j][c * 8 ..] for CH 8-lane chunks: one accumulator per chunk,
+// keys in order (CH a template argument, so the accumulators live in registers)
+template <int VT, int CH>
+void weighted_chunks(const float* p, const void* values_, int64_t n, int64_t d, float* out) {
+    const auto* values = static_cast<const typename Kv<VT>::elem*>(values_);
+    __m256 acc[CH];
+#pragma GCC unroll 8
+    for (int c = 0; c < CH; c++) acc[c] = _mm256_setzero_ps();
+    for (int64_t j = 0; j < n; j++) {
+        const __m256 pj = _mm256_broadcast_ss(p + j);
+#pragma GCC unroll 8
+        for (int c = 0; c < CH; c++) acc[c] = _mm256_fmadd_ps(pj, Kv<VT>::load8(values + j * d + c * 8), acc[c]);
+    }
+#pragma GCC unroll 8
+    for (int c = 0; c < CH; c++) _mm256_storeu_ps(out + c * 8, acc[c]);
+}
+
+typedef void (*ChunksFn)(const float*, const void*, int64_t, int64_t, float*);
+template <int VT>
+struct ChunksTable {
+    static constexpr ChunksFn fns[8] = {weighted_chunks<VT, 1>, weighted_chunks<VT, 2>, weighted_chunks<VT, 3>,
+                                        weighted_chunks<VT, 4>, weighted_chunks<VT, 5>, weighted_chunks<VT, 6>,
+                                        weighted_chunks<VT, 7>, weighted_chunks<VT, 8>};
+};
+
+// G units' scores for lanes 8h .. 8h+7 of one key block: per unit two accumulators (even and odd i)
+template <int KT, int G>
+void score_half(const AttentionTile& t, int u0, int h, const typename Kv<KT>::elem* kt, float* scores, int64_t stride,
+                float scale) {
+    const int64_t d = t.d;
+    __m256 even[G], odd[G];
+#pragma GCC unroll 4
+    for (int g = 0; g < G; g++) even[g] = odd[g] = _mm256_setzero_ps();
+    int64_t i = 0;
+    for (; i + 1 < d; i += 2) {
+        const __m256 k0 = Kv<KT>::load8(kt + i * kKeyBlock + h * 8), k1 = Kv<KT>::load8(kt + (i + 1) * kKeyBlock + h * 8);
+#pragma GCC unroll 4
+        for (int g = 0; g < G; g++) {
+            even[g] = _mm256_fmadd_ps(_mm256_broadcast_ss(t.q[u0 + g] + i), k0, even[g]);
+            odd[g] = _mm256_fmadd_ps(_mm256_broadcast_ss(t.q[u0 + g] + i + 1), k1, odd[g]);
+        }
+    }
+    if (i < d) {
+        const __m256 k0 = Kv<KT>::load8(kt + i * kKeyBlock + h * 8);
+#pragma GCC unroll 4
+        for (int g = 0; g < G; g++) even[g] = _mm256_fmadd_ps(_mm256_broadcast_ss(t.q[u0 + g] + i), k0, even[g]);
+    }
+#pragma GCC unroll 4
+    for (int g = 0; g < G; g++)
+        _mm256_storeu_ps(scores + (u0 + g) * stride + h * 8,
+                         _mm256_mul_ps(_mm256_add_ps(even[g], odd[g]), _mm256_set1_ps(scale)));
+}
+#endif
+
 // scores of U units for n_blocks key blocks: per unit two accumulators (even and odd i) over the head dim
 template <int KT, int U>
 void score_blocks(const AttentionTile& t, float* scores, int64_t stride, int64_t n_blocks, float scale) {
@@ -133,6 +216,18 @@ void score_blocks(const AttentionTile& t, float* scores, int64_t stride, int64_t
         for (int u = 0; u < U; u++)
             _mm512_storeu_ps(scores + u * stride + b * kKeyBlock,
                              _mm512_mul_ps(_mm512_add_ps(even[u], odd[u]), _mm512_set1_ps(scale)));
+#elif defined(SS_AVX2)
+        // units in groups of up to 4, each half block apart: 8 accumulators stay in registers
+        for (int u0 = 0; u0 < U; u0 += 4)
+            for (int h = 0; h < 2; h++) {
+                float* s = scores + b * kKeyBlock;
+                switch (std::min(U - u0, 4)) {
+                    case 1: score_half<KT, 1>(t, u0, h, kt, s, stride, scale); break;
+                    case 2: score_half<KT, 2>(t, u0, h, kt, s, stride, scale); break;
+                    case 3: score_half<KT, 3>(t, u0, h, kt, s, stride, scale); break;
+                    default: score_half<KT, 4>(t, u0, h, kt, s, stride, scale); break;
+                }
+            }
 #else
         for (int u = 0; u < U; u++) {
             for (int l = 0; l < kKeyBlock; l++) {
@@ -189,6 +284,19 @@ void attend_typed(const AttentionTile& t) {
         }
         for (int u = 0; u < t.n_units; u++)
             for (int64_t i = 0; i < d; i++) t.out[u][i] *= inv[u];
+        return;
+    }
+#endif
+#ifdef SS_AVX2
+    if (d % 8 == 0) {        // passes of up to 8 chunks (64 lanes) over the values
+        for (int u = 0; u < t.n_units; u++) {
+            float* s = scores + u * stride;
+            const float inv = 1.0f / softmax_numerators(s, t.n_keys[u]);
+            for (int64_t c0 = 0; c0 < d / 8; c0 += 8)
+                ChunksTable<VT>::fns[std::min<int64_t>(8, d / 8 - c0) - 1](
+                    s, static_cast<const typename Kv<VT>::elem*>(t.values) + c0 * 8, t.n_keys[u], d, t.out[u] + c0 * 8);
+            for (int64_t i = 0; i < d; i++) t.out[u][i] *= inv;
+        }
         return;
     }
 #endif

@@ -68,6 +68,9 @@ void gemm(const ss_weight& w, const float* x, int64_t m, int64_t ldx, float* out
     return gemm_avx512(w, xb, m, kp, e);
 #endif
 #endif
+#ifdef SS_AVX2
+    return gemm_avx2(w, x, m, ldx, e);
+#endif
     gemm_portable(w, x, m, ldx, e);
 }
 

@@ -101,12 +101,14 @@ void portable_blocks(const ss_weight& w, int64_t m, const Epilogue& e, Dot dot) 
     });
 }
 
-// the kernels of each instruction set; x is float32 rows, bf16 rows (k padded) for BF16 weights, or
+// the kernels of each instruction set; x is float32 rows, bf16 rows (k padded) for BF16 weights on
+// AVX-512 (float32 rows on AVX2), or
 // int8 rows stored as q + 128 (k padded, e.row_scales) for Q8 weights
 void gemm_portable(const ss_weight& w, const float* x, int64_t m, int64_t ldx, const Epilogue& e);
 void gemm_q8(const ss_weight& w, const float* x, int64_t m, int64_t ldx, const Epilogue& e);
 void pack_q8_block(const int8_t* src, int64_t n, int64_t k, int64_t block, uint8_t* dst);
 void gemm_avx512(const ss_weight& w, const void* x, int64_t m, int64_t ldx, const Epilogue& e);
+void gemm_avx2(const ss_weight& w, const void* x, int64_t m, int64_t ldx, const Epilogue& e);
 bool amx_usable();
 void gemm_amx(const ss_weight& w, const void* x, int64_t m, int64_t ldx, const Epilogue& e);
 bool amx_q8_usable(const ss_weight& w);   // AMX int8 tiles for this Q8 weight (k padded to whole 64-byte steps)

@@ -110,6 +110,9 @@ void gemm_q8(const ss_weight& w, const float* x, int64_t m, int64_t ldx, const E
 #ifdef SS_AVX512VNNI
     return gemm_avx512(w, xq, m, kp, eq);
 #endif
+#ifdef SS_AVX2
+    return gemm_avx2(w, xq, m, kp, eq);
+#endif
     gemm_q8_portable(w, xq, m, kp, eq);
 }
 

@@ -74,7 +74,8 @@ struct ss_step {
 };
 
 int32_t ss_version(void);
-int32_t ss_features(void);        // bits: 1 AVX-512, 2 AVX-512 BF16, 4 AMX, 8 AMX equals AVX-512 BF16
+int32_t ss_features(void);        // bits: 1 AVX-512, 2 AVX-512 BF16, 4 AMX, 8 AMX equals AVX-512 BF16,
+                                  // 16 AVX-512 VNNI, 32 AVX2 + FMA (no AVX-512)
 void ss_set_threads(int32_t n);
 int32_t ss_get_threads(void);
 void ss_set_spin_us(int32_t us);

@@ -1,5 +1,6 @@
 // Element types of the KV cache: float32 (default), float16 and bfloat16 (--cache-type-k/-v).
-// Each type converts one element to and from float, and 16 at a time to a vector of floats.
+// Each type converts one element to and from float, and 16 (AVX-512) or 8 (AVX2) at a time to a vector
+// of floats.
 #pragma once
 #include <cstdint>
 #include <cstring>
@@ -72,6 +73,9 @@ template <> struct Kv<KV_F32> {
     static __m512 load16(const float* p) { return _mm512_loadu_ps(p); }
     static __m512 load(__mmask16 m, const float* p) { return _mm512_maskz_loadu_ps(m, p); }
 #endif
+#ifdef SS_AVX2
+    static __m256 load8(const float* p) { return _mm256_loadu_ps(p); }
+#endif
 };
 
 template <> struct Kv<KV_F16> {
@@ -81,6 +85,9 @@ template <> struct Kv<KV_F16> {
 #ifdef SS_AVX512
     static __m512 load16(const uint16_t* p) { return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))); }
     static __m512 load(__mmask16 m, const uint16_t* p) { return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, p)); }
+#endif
+#ifdef SS_AVX2
+    static __m256 load8(const uint16_t* p) { return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))); }
 #endif
 };
 
@@ -92,6 +99,11 @@ template <> struct Kv<KV_BF16> {
     static __m512 widen(__m256i h) { return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16)); }
     static __m512 load16(const uint16_t* p) { return widen(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))); }
     static __m512 load(__mmask16 m, const uint16_t* p) { return widen(_mm256_maskz_loadu_epi16(m, p)); }
+#endif
+#ifdef SS_AVX2
+    static __m256 load8(const uint16_t* p) {
+        return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))), 16));
+    }
 #endif
 };
 

@@ -1,4 +1,4 @@
-// Scalar and AVX-512 helpers shared by the kernels: bf16 conversion, a vector exp, activations.
+// Scalar, AVX-512 and AVX2 helpers shared by the kernels: bf16 conversion, a vector exp, activations.
 // Every kernel computes each output element with a fixed sequence of operations, so a row's
 // result never depends on how many other rows are in the call (batch invariance).
 #pragma once
@@ -16,6 +16,9 @@
 #if defined(__AVX512VNNI__)
 #define SS_AVX512VNNI 1
 #endif
+#elif defined(__AVX2__) && defined(__FMA__)
+#include <immintrin.h>
+#define SS_AVX2 1      // AVX2 + FMA without AVX-512 (x86-64-v3: most AMD EPYC and older Xeons)
 #endif
 
 namespace ss {
@@ -80,6 +83,33 @@ inline __m512 silu512(__m512 x) {
 inline __mmask16 tail_mask(int64_t n) { return n >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << n) - 1u); }
 #endif
 
+#ifdef SS_AVX2
+// e^x as exp512 computes it, for x clamped to [-87, 87] so that 2^n is a normal float built from its
+// exponent bits (silu only needs the far tails to be 0 or huge)
+inline __m256 exp256(__m256 x) {
+    x = _mm256_max_ps(x, _mm256_set1_ps(-87.0f));
+    x = _mm256_min_ps(x, _mm256_set1_ps(87.0f));
+    const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.4426950408889634f)),
+                                     _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693145751953125f), x);
+    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(1.428606765330187e-06f), r);
+    __m256 p = _mm256_set1_ps(1.0f / 720.0f);
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 120.0f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 24.0f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 6.0f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(0.5f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+    const __m256i bits = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+    return _mm256_mul_ps(p, _mm256_castsi256_ps(bits));
+}
+
+inline __m256 silu256(__m256 x) {
+    const __m256 e = exp256(_mm256_sub_ps(_mm256_setzero_ps(), x));
+    return _mm256_div_ps(x, _mm256_add_ps(_mm256_set1_ps(1.0f), e));
+}
+#endif
+
 // max of x[0..n) (-inf for n = 0): a maximum is exact in any order, so the vector one gives the same
 // value; the scalar loop is a chain of dependent compares (a sixth of a 16-row forward in attention)
 inline float row_max(const float* x, int64_t n) {
@@ -87,6 +117,16 @@ inline float row_max(const float* x, int64_t n) {
     __m512 vmax = _mm512_set1_ps(-INFINITY);
     for (int64_t j = 0; j < n; j += 16) vmax = _mm512_max_ps(vmax, _mm512_mask_loadu_ps(vmax, tail_mask(n - j), x + j));
     return _mm512_reduce_max_ps(vmax);
+#elif defined(SS_AVX2)
+    __m256 vmax = _mm256_set1_ps(-INFINITY);
+    int64_t j = 0;
+    for (; j + 8 <= n; j += 8) vmax = _mm256_max_ps(vmax, _mm256_loadu_ps(x + j));
+    alignas(32) float lanes[8];
+    _mm256_store_ps(lanes, vmax);
+    float mx = lanes[0];
+    for (int l = 1; l < 8; l++) mx = std::max(mx, lanes[l]);
+    for (; j < n; j++) mx = std::max(mx, x[j]);
+    return mx;
 #else
     float mx = -INFINITY;
     for (int64_t j = 0; j < n; j++) mx = std::max(mx, x[j]);
