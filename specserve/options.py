@@ -48,7 +48,7 @@ MODEL_OPTIONS = [
            env="LLAMA_ARG_CACHE_TYPE_V"),
     Option(("--quant",), "quant", str, "none",
            "weight quantization of the target: none, int8 (weight-only, one scale per output row) or q8 (int8 "
-           "weights and int8 rows, one scale per row, integer dot products on AVX-512 VNNI); native kernels only. "
+           "weights and int8 rows, one scale per row, integer dot products on AVX-512 VNNI or AVX2); native kernels only. "
            "The quantized model is the one served: speculation stays lossless against it"),
 ]
 

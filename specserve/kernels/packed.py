@@ -6,7 +6,7 @@ accumulation, the rows rounded to bf16 first, as a bf16 matmul does; with AVX2, 
 in registers and multiplied into the float32 rows), float32 weights stay float32, and
 `quant="int8"` stores int8 weights with one float32 scale per output row (symmetric, round to
 nearest), computed once here; `quant="q8"` stores the same int8 weights and also rounds each input
-row to int8 with its own scale, so that the products are integer dot products (AVX-512 VNNI,
+row to int8 with its own scale, so that the products are integer dot products (AVX-512 VNNI or AVX2,
 native/gemm_q8.cpp): about four times the multiply rate of int8 weights on float rows, at the cost
 of the rows' rounding (llama.cpp's Q8_0 treats activations the same way).
 """
