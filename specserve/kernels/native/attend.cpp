@@ -19,7 +19,7 @@ inline float sum8(__m256 v) {      // a fixed order
 }
 #endif
 
-// scores[j] = exp(scores[j] - max) for j < n; returns their sum (in blocks of 16, a fixed order)
+// scores[j] = exp(scores[j] - max) for j < n; returns their sum (in vector lanes, then a fixed order)
 float softmax_numerators(float* scores, int64_t n) {
     const float mx = row_max(scores, n);
 #ifdef SS_AVX512

@@ -1,8 +1,9 @@
 // AVX2 + FMA tiles (CPUs without AVX-512: most AMD EPYC, older Xeons): float32 rows times float32,
 // bf16 (widened to float32 in registers, the rows stay float32) or int8 weights (the per-column
 // scale applied at the end), and Q8 (int8 rows times int8 weights, summed exactly in int32).
-// A packed block's 16 columns are two 8-lane halves. Every accumulator runs over k in order with one
-// FMA per step, so neither the tile shape nor the other rows change a result (batch invariance).
+// A packed block's 16 columns are two 8-lane halves. Every accumulator runs over k in order (for bf16
+// one over the even and one over the odd k, added at the end) whatever the tile shape, so neither the
+// tile nor the other rows change a result (batch invariance).
 #include <algorithm>
 #include <cstring>
 
@@ -230,17 +231,9 @@ void gemm_avx2(const ss_weight& w, const void* x, int64_t m, int64_t ldx, const 
     int per_tile = blocks_for_rows[std::min<int64_t>(m, rows_per_tile)];
     if (gated && per_tile % 2) per_tile = per_tile == 1 ? 2 : per_tile - 1;
     const int64_t n_blocks = (w.n + NB - 1) / NB, bb = block_bytes(w.type, w.k);
-    const int64_t n_tiles = (n_blocks + per_tile - 1) / per_tile, m_chunks = (m + M_CHUNK - 1) / M_CHUNK;
     const auto* base = static_cast<const uint8_t*>(w.data);
-    parallel_for(n_tiles * m_chunks, [&](int64_t task) {
-        const int64_t tile = task % n_tiles, chunk = task / n_tiles;
-        const int64_t block0 = tile * per_tile;
-        const int c = (int)std::min<int64_t>(per_tile, n_blocks - block0);
-        const int64_t r_end = std::min(m, (chunk + 1) * M_CHUNK);
-        for (int64_t r0 = chunk * M_CHUNK; r0 < r_end; r0 += rows_per_tile) {
-            const int r = (int)std::min<int64_t>(rows_per_tile, r_end - r0);
-            tiles[r - 1][c - 1](x, ldx, base + block0 * bb, bb, w.k, e, r0, block0);
-        }
+    for_each_tile(n_blocks, per_tile, m, rows_per_tile, [&](int64_t r0, int r, int64_t block0, int c) {
+        tiles[r - 1][c - 1](x, ldx, base + block0 * bb, bb, w.k, e, r0, block0);
     });
 }
 #endif

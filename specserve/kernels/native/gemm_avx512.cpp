@@ -157,17 +157,9 @@ void gemm_avx512(const ss_weight& w, const void* x, int64_t m, int64_t ldx, cons
     if (w.type == SS_W_Q8) tiles = kTilesQ8;
 #endif
     const int64_t n_blocks = (w.n + NB - 1) / NB, bb = block_bytes(w.type, w.k);
-    const int64_t n_tiles = (n_blocks + NR - 1) / NR, m_chunks = (m + M_CHUNK - 1) / M_CHUNK;
     const auto* base = static_cast<const uint8_t*>(w.data);
-    parallel_for(n_tiles * m_chunks, [&](int64_t task) {
-        const int64_t tile = task % n_tiles, chunk = task / n_tiles;
-        const int64_t block0 = tile * NR;
-        const int c = (int)std::min<int64_t>(NR, n_blocks - block0);
-        const int64_t r_end = std::min(m, (chunk + 1) * M_CHUNK);
-        for (int64_t r0 = chunk * M_CHUNK; r0 < r_end; r0 += MR) {
-            const int r = (int)std::min<int64_t>(MR, r_end - r0);
-            tiles[r - 1][c - 1](x, ldx, base + block0 * bb, bb, w.k, e, r0, block0);
-        }
+    for_each_tile(n_blocks, NR, m, MR, [&](int64_t r0, int r, int64_t block0, int c) {
+        tiles[r - 1][c - 1](x, ldx, base + block0 * bb, bb, w.k, e, r0, block0);
     });
 }
 #endif

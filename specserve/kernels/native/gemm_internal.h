@@ -1,6 +1,7 @@
 // What the matrix-multiply files share: the packed layout's constants and the epilogue that turns
 // a finished block of 16 accumulated columns into output (scale, bias, store / add / gated product).
 #pragma once
+#include <algorithm>
 #include <cstdint>
 
 #include "kernels.h"
@@ -98,6 +99,20 @@ void portable_blocks(const ss_weight& w, int64_t m, const Epilogue& e, Dot dot) 
                 else dst[b * NB + l] = acc[l];
             }
         }
+    });
+}
+
+// The vector kernels' loop: threads split the column tiles (per_tile blocks each) and chunks of M_CHUNK
+// rows; a task hands its rows to tile(r0, rows, block0, blocks) rows_per_tile at a time.
+template <class Tile>
+void for_each_tile(int64_t n_blocks, int per_tile, int64_t m, int64_t rows_per_tile, Tile tile) {
+    const int64_t n_tiles = (n_blocks + per_tile - 1) / per_tile, m_chunks = (m + M_CHUNK - 1) / M_CHUNK;
+    parallel_for(n_tiles * m_chunks, [&](int64_t task) {
+        const int64_t block0 = task % n_tiles * per_tile, chunk = task / n_tiles;
+        const int blocks = (int)std::min<int64_t>(per_tile, n_blocks - block0);
+        const int64_t r_end = std::min(m, (chunk + 1) * M_CHUNK);
+        for (int64_t r0 = chunk * M_CHUNK; r0 < r_end; r0 += rows_per_tile)
+            tile(r0, (int)std::min<int64_t>(rows_per_tile, r_end - r0), block0, blocks);
     });
 }
 
