@@ -129,14 +129,10 @@ void tile_q8(const void* xp, int64_t ldx, const uint8_t* wp, int64_t bb, int64_t
 }
 #endif
 
-typedef void (*TileFn)(const void*, int64_t, const uint8_t*, int64_t, int64_t, const Epilogue&, int64_t, int64_t);
 template <int R, int C>
 constexpr TileFn tile_f32 = tile_fma<LoadF32, R, C>;
 template <int R, int C>
 constexpr TileFn tile_i8 = tile_fma<LoadI8, R, C>;
-
-#define SS_TILE_ROW(T, r) {T<r, 1>, T<r, 2>, T<r, 3>, T<r, 4>}
-#define SS_TILE_TABLE(T) {SS_TILE_ROW(T, 1), SS_TILE_ROW(T, 2), SS_TILE_ROW(T, 3), SS_TILE_ROW(T, 4)}
 const TileFn kTilesF32[MR][NR] = SS_TILE_TABLE(tile_f32);
 const TileFn kTilesI8[MR][NR] = SS_TILE_TABLE(tile_i8);
 #ifdef SS_AVX512BF16

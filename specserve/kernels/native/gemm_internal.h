@@ -102,6 +102,13 @@ void portable_blocks(const ss_weight& w, int64_t m, const Epilogue& e, Dot dot) 
     });
 }
 
+// A vector kernel's tile: rows r0.. of x times the blocks at w (block stride bb), finished into e.out; the
+// kernels keep one for each count of rows and blocks (1-4 each) in a table: tiles[rows - 1][blocks - 1]
+typedef void (*TileFn)(const void* x, int64_t ldx, const uint8_t* w, int64_t bb, int64_t k, const Epilogue& e,
+                       int64_t r0, int64_t block0);
+#define SS_TILE_ROW(T, r) {T<r, 1>, T<r, 2>, T<r, 3>, T<r, 4>}
+#define SS_TILE_TABLE(T) {SS_TILE_ROW(T, 1), SS_TILE_ROW(T, 2), SS_TILE_ROW(T, 3), SS_TILE_ROW(T, 4)}
+
 // The vector kernels' loop: threads split the column tiles (per_tile blocks each) and chunks of M_CHUNK
 // rows; a task hands its rows to tile(r0, rows, block0, blocks) rows_per_tile at a time.
 template <class Tile>
