@@ -79,6 +79,20 @@ def test_add_mode_accumulates_into_the_output(quant):
     torch.testing.assert_close(out.double(), residual.double() + _reference(x, weight, bias, quant), atol=1e-5, rtol=1e-5)
 
 
+@pytest.mark.parametrize("k", [45, 200])
+def test_q8_products_are_the_integer_reference_bit_for_bit(k):
+    """Rows rounded to int8 (max |x| / 127, half to even) by the vector body and the scalar tail alike,
+    exact int32 sums, then row scale and column scale: the same bits on every instruction set."""
+    gen = torch.Generator().manual_seed(5)
+    weight, x = torch.randn(40, k, generator=gen) * 0.1, torch.randn(7, k, generator=gen)
+    got = PackedLinear(weight, None, "q8")(x)
+    wq, scale = quantize_int8(weight)
+    amax = x.abs().amax(dim=1)
+    q = torch.round(x * (127.0 / amax).unsqueeze(1)).clamp(-127, 127)
+    sums = (q.long() @ wq.long().T).float()
+    assert torch.equal(got, sums * (amax / 127.0).unsqueeze(1) * scale.unsqueeze(0))
+
+
 @pytest.mark.parametrize("k", [36, 64])
 def test_q8_gated_mlp_epilogue_matches_the_integer_reference(k):
     gen = torch.Generator().manual_seed(4)

@@ -38,6 +38,13 @@ float quantize_row(const float* x, int64_t k, int64_t kp, uint8_t* out) {
     __m512 vmax = _mm512_setzero_ps();
     for (; i + 16 <= k; i += 16) vmax = _mm512_max_ps(vmax, _mm512_abs_ps(_mm512_loadu_ps(x + i)));
     amax = _mm512_reduce_max_ps(vmax);
+#elif defined(SS_AVX2)
+    const __m256 magnitude = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+    __m256 vmax = _mm256_setzero_ps();
+    for (; i + 8 <= k; i += 8) vmax = _mm256_max_ps(vmax, _mm256_and_ps(_mm256_loadu_ps(x + i), magnitude));
+    alignas(32) float lanes[8];
+    _mm256_store_ps(lanes, vmax);
+    for (int l = 0; l < 8; l++) amax = std::max(amax, lanes[l]);
 #endif
     for (; i < k; i++) amax = std::max(amax, std::fabs(x[i]));
     const float inv = amax > 0.0f ? 127.0f / amax : 0.0f;
@@ -50,6 +57,19 @@ float quantize_row(const float* x, int64_t k, int64_t kp, uint8_t* out) {
                                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
         const __m512i u = _mm512_add_epi32(_mm512_min_epi32(_mm512_max_epi32(q, lo), hi), offset);
         _mm_storeu_si128(reinterpret_cast<__m128i*>(out + i), _mm512_cvtepi32_epi8(u));
+    }
+#elif defined(SS_AVX2)
+    // cvtps rounds to nearest even, as nearbyint does in the default rounding mode
+    const __m256 vinv = _mm256_set1_ps(inv);
+    const __m256i lo = _mm256_set1_epi32(-127), hi = _mm256_set1_epi32(127), offset = _mm256_set1_epi32(128);
+    const __m256i low_bytes = _mm256_setr_epi8(0, 4, 8, 12, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1,
+                                               0, 4, 8, 12, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1);
+    for (; i + 8 <= k; i += 8) {
+        const __m256i q = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(x + i), vinv));
+        const __m256i u = _mm256_add_epi32(_mm256_min_epi32(_mm256_max_epi32(q, lo), hi), offset);
+        // each 32-bit value's low byte, then the two 128-bit halves' 4 bytes side by side
+        const __m256i packed = _mm256_permutevar8x32_epi32(_mm256_shuffle_epi8(u, low_bytes), _mm256_setr_epi32(0, 4, 0, 0, 0, 0, 0, 0));
+        _mm_storel_epi64(reinterpret_cast<__m128i*>(out + i), _mm256_castsi256_si128(packed));
     }
 #endif
     for (; i < k; i++) out[i] = (uint8_t)(std::clamp(std::nearbyint(x[i] * inv), -127.0f, 127.0f) + 128.0f);
