@@ -23,7 +23,8 @@ AMX_N_MAX = {"draft-simple": (6, 2), "draft-eagle3": (8, 2), "draft-mtp": (10, 3
              "draft-dspark": (8, 3)}
 # on a CPU without AVX-512 (AVX2 kernels) each verified row costs about three quarters of a one-row
 # forward, and sampled requests, whose drafts are rarely accepted past the first, draft one token
-# (T=1, 1 slot, q8 drafts, one interleaved run: MTP with sampled drafts 0.61x at 1 draft, ~0.45x at 3)
+# (T=1, 1 slot, q8 drafts: MTP with sampled drafts 0.61x at 1 draft and 0.57x at 2 in one interleaved
+# run; the method table's sampled-draft cells 0.31-0.68x at 3 drafts, 0.47-0.92x at 1)
 NO_AVX512_N_MAX_SAMPLED = 1
 # without int8 dot products the chains take int8 weights, which halve the bytes each of their one-row
 # steps streams, and the block drafters bfloat16
@@ -37,9 +38,9 @@ def _rows_nearly_free() -> bool:
 
 def served_quant(spec_type: str) -> str | None:
     """The --quant-draft a shipped drafter is served with on this CPU (None: bfloat16, or not a drafter):
-    q8 (int8 weights and rows, integer dot products) where the CPU has int8 dot products (AVX-512 VNNI, or AVX2's vpmaddubsw),
-    measured the cheapest draft for every drafter with and without AMX; else as NO_INT8_DOT_QUANT. The
-    target verifies every draft, so the output is the same either way."""
+    q8 (int8 weights and rows, integer dot products) where the CPU has int8 dot products (AVX-512 VNNI,
+    or AVX2's vpmaddubsw), measured the cheapest draft for every drafter with and without AMX; else as
+    NO_INT8_DOT_QUANT. The target verifies every draft, so the output is the same either way."""
     if spec_type not in STDLIB_CODER_DRAFTERS:
         return None
     if kernels.mode() == "native" and kernels.has_int8_dot():

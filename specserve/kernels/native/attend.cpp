@@ -168,7 +168,8 @@ void score_half(const AttentionTile& t, int u0, int h, const typename Kv<KT>::el
     for (int g = 0; g < G; g++) even[g] = odd[g] = _mm256_setzero_ps();
     int64_t i = 0;
     for (; i + 1 < d; i += 2) {
-        const __m256 k0 = Kv<KT>::load8(kt + i * kKeyBlock + h * 8), k1 = Kv<KT>::load8(kt + (i + 1) * kKeyBlock + h * 8);
+        const __m256 k0 = Kv<KT>::load8(kt + i * kKeyBlock + h * 8);
+        const __m256 k1 = Kv<KT>::load8(kt + (i + 1) * kKeyBlock + h * 8);
 #pragma GCC unroll 4
         for (int g = 0; g < G; g++) {
             even[g] = _mm256_fmadd_ps(_mm256_broadcast_ss(t.q[u0 + g] + i), k0, even[g]);

@@ -48,7 +48,10 @@ inline void finish_block(const Epilogue& e, int64_t row, int64_t block, __m256 l
     }
     float* dst = e.out + row * e.ldo + col;
     if (col + NB <= e.n) {
-        if (e.mode == SS_OUT_ADD) lo = _mm256_add_ps(_mm256_loadu_ps(dst), lo), hi = _mm256_add_ps(_mm256_loadu_ps(dst + 8), hi);
+        if (e.mode == SS_OUT_ADD) {
+            lo = _mm256_add_ps(_mm256_loadu_ps(dst), lo);
+            hi = _mm256_add_ps(_mm256_loadu_ps(dst + 8), hi);
+        }
         _mm256_storeu_ps(dst, lo);
         _mm256_storeu_ps(dst + 8, hi);
         return;
@@ -66,8 +69,10 @@ inline __attribute__((always_inline)) void finish_tile(__m256 (&acc)[MR2][NR2][2
     for (int c = 0; c < C; c += gated ? 2 : 1)
 #pragma GCC unroll 4
         for (int r = 0; r < R; r++) {
-            const __m256 lo = scaled(e, acc[r][c][0], (block0 + c) * NB), hi = scaled(e, acc[r][c][1], (block0 + c) * NB + 8);
-            finish_block(e, r0 + r, block0 + c, lo, hi, gated ? &acc[r][c + 1][0] : nullptr, gated ? &acc[r][c + 1][1] : nullptr);
+            const int64_t col = (block0 + c) * NB;
+            const __m256 lo = scaled(e, acc[r][c][0], col), hi = scaled(e, acc[r][c][1], col + 8);
+            finish_block(e, r0 + r, block0 + c, lo, hi, gated ? &acc[r][c + 1][0] : nullptr,
+                         gated ? &acc[r][c + 1][1] : nullptr);
         }
 }
 
@@ -138,7 +143,8 @@ void tile_bf16(const void* xp, int64_t ldx, const uint8_t* wp, int64_t bb, int64
         for (int c = 0; c < C; c++)
 #pragma GCC unroll 2
             for (int h = 0; h < 2; h++) {
-                const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wp + c * bb + kk * 2 * NB + h * 32));
+                const auto* pairs = reinterpret_cast<const __m256i*>(wp + c * bb + kk * 2 * NB + h * 32);
+                const __m256i v = _mm256_loadu_si256(pairs);
                 const __m256 even = _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));
                 const __m256 odd = _mm256_castsi256_ps(_mm256_and_si256(v, high));
 #pragma GCC unroll 4
@@ -219,7 +225,8 @@ const TileFn kTilesQ8[MR2][NR2] = SS_TILE_TABLE(tile_q8);
 // x: float32 rows, or for Q8 weights int8 rows stored as q + 128 (e.row_scales)
 void gemm_avx2(const ss_weight& w, const void* x, int64_t m, int64_t ldx, const Epilogue& e) {
     const bool bf16 = w.type == SS_W_BF16, q8 = w.type == SS_W_Q8, gated = e.mode == SS_OUT_SWIGLU;
-    const TileFn(*tiles)[NR2] = w.type == SS_W_F32 ? kTilesF32 : w.type == SS_W_I8 ? kTilesI8 : bf16 ? kTilesBF16 : kTilesQ8;
+    const TileFn(*tiles)[NR2] = w.type == SS_W_F32 ? kTilesF32 : w.type == SS_W_I8 ? kTilesI8
+                              : bf16 ? kTilesBF16 : kTilesQ8;
     // a gated product needs gate and up blocks in one tile: an even number of blocks per tile, and for
     // bf16 one row (two blocks of two rows would not fit in the registers)
     const int64_t rows_per_tile = bf16 ? (gated ? 1 : 2) : q8 ? 3 : MR2;

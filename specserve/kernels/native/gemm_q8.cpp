@@ -68,7 +68,8 @@ float quantize_row(const float* x, int64_t k, int64_t kp, uint8_t* out) {
         const __m256i q = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(x + i), vinv));
         const __m256i u = _mm256_add_epi32(_mm256_min_epi32(_mm256_max_epi32(q, lo), hi), offset);
         // each 32-bit value's low byte, then the two 128-bit halves' 4 bytes side by side
-        const __m256i packed = _mm256_permutevar8x32_epi32(_mm256_shuffle_epi8(u, low_bytes), _mm256_setr_epi32(0, 4, 0, 0, 0, 0, 0, 0));
+        const __m256i packed = _mm256_permutevar8x32_epi32(_mm256_shuffle_epi8(u, low_bytes),
+                                                           _mm256_setr_epi32(0, 4, 0, 0, 0, 0, 0, 0));
         _mm_storel_epi64(reinterpret_cast<__m128i*>(out + i), _mm256_castsi256_si128(packed));
     }
 #endif
