@@ -30,12 +30,14 @@ inline __m256 scaled(const Epilogue& e, __m256 v, int64_t col) {
 }
 
 // scale, bias, then store / add / gate one row's block (two halves); columns past n are left alone
-inline void finish_block(const Epilogue& e, int64_t row, int64_t block, __m256 lo, __m256 hi, const __m256* up_lo,
-                         const __m256* up_hi) {
+// (up_lo, up_hi: the next block's accumulators, for a gated product; passed by value, as taking the
+// accumulators' address kept them on the stack, stored at every step of k)
+inline void finish_block(const Epilogue& e, int64_t row, int64_t block, __m256 lo, __m256 hi, __m256 up_lo,
+                         __m256 up_hi) {
     const int64_t col = block * NB;
     if (e.mode == SS_OUT_SWIGLU) {
         float* dst = e.out + row * e.ldo + (block / 2) * NB;
-        const __m256 ul = scaled(e, *up_lo, col + NB), uh = scaled(e, *up_hi, col + NB + 8);
+        const __m256 ul = scaled(e, up_lo, col + NB), uh = scaled(e, up_hi, col + NB + 8);
         if (e.act == ACT_SILU) {
             _mm256_storeu_ps(dst, _mm256_mul_ps(silu256(lo), ul));
             _mm256_storeu_ps(dst + 8, _mm256_mul_ps(silu256(hi), uh));
@@ -71,8 +73,8 @@ inline __attribute__((always_inline)) void finish_tile(__m256 (&acc)[MR2][NR2][2
         for (int r = 0; r < R; r++) {
             const int64_t col = (block0 + c) * NB;
             const __m256 lo = scaled(e, acc[r][c][0], col), hi = scaled(e, acc[r][c][1], col + 8);
-            finish_block(e, r0 + r, block0 + c, lo, hi, gated ? &acc[r][c + 1][0] : nullptr,
-                         gated ? &acc[r][c + 1][1] : nullptr);
+            const int up = gated && c + 1 < C ? c + 1 : c;
+            finish_block(e, r0 + r, block0 + c, lo, hi, acc[r][up][0], acc[r][up][1]);
         }
 }
 
