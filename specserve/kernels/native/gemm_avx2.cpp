@@ -1,9 +1,8 @@
 // AVX2 + FMA tiles (CPUs without AVX-512: most AMD EPYC, older Xeons): float32 rows times float32,
 // bf16 (widened to float32 in registers, the rows stay float32) or int8 weights (the per-column
 // scale applied at the end), and Q8 (int8 rows times int8 weights, summed exactly in int32).
-// A packed block's 16 columns are two 8-lane halves. Every accumulator runs over k in order (for bf16
-// one over the even and one over the odd k, added at the end) whatever the tile shape, so neither the
-// tile nor the other rows change a result (batch invariance).
+// A packed block's 16 columns are two 8-lane halves. Every accumulator runs over k in order whatever
+// the tile shape, so neither the tile nor the other rows change a result (batch invariance).
 #include <algorithm>
 #include <cstring>
 
@@ -17,10 +16,10 @@ namespace {
 constexpr int MR2 = 4;       // rows per tile, at most
 constexpr int NR2 = 4;       // blocks per tile, at most
 // blocks per tile by rows: 8-12 independent accumulators keep both FMA pipes busy (latency 4); bf16
-// tiles hold two per output and take at most 2 rows; Q8 tiles at most 3 (each row's broadcasts of x take
-// registers too, and a spilled accumulator costs more than a smaller tile)
+// tiles keep 8 (tile_bf16); Q8 tiles take at most 3 rows (each row's broadcasts of x take registers
+// too, and a spilled accumulator costs more than a smaller tile)
 constexpr int kBlocksForRows[MR2 + 1] = {0, 4, 3, 2, 1};
-constexpr int kBf16BlocksForRows[MR2 + 1] = {0, 2, 1, 1, 1};
+constexpr int kBf16BlocksForRows[MR2 + 1] = {0, 4, 2, 1, 1};
 constexpr int kQ8BlocksForRows[MR2 + 1] = {0, 4, 2, 1, 1};
 
 inline __m256 scaled(const Epilogue& e, __m256 v, int64_t col) {
@@ -132,50 +131,78 @@ void tile_fma(const void* xp, int64_t ldx, const uint8_t* wp, int64_t bb, int64_
 }
 
 // float32 rows times bf16 weights, stored in pairs of k per column: a 32-bit lane holds (k even, k odd),
-// so the even weight is the lane shifted up 16 bits and the odd one the lane's high half. Even and odd
-// k go to separate accumulators, added at the end: one chain of two FMAs per step ran at two thirds
-// of the speed.
+// so the even weight is the lane shifted up 16 bits and the odd one the lane's high half. Each output's
+// accumulator takes k in order, two FMAs per pair. Every tile keeps 8 accumulators (rows x blocks x 2
+// halves), enough to hide the FMA latency: one row takes 4 blocks, 4 rows take 1, so that each widened
+// weight feeds 4 rows (the widening and the broadcasts of x cost as many instructions as the FMAs).
 template <int R, int C>
 void tile_bf16(const void* xp, int64_t ldx, const uint8_t* wp, int64_t bb, int64_t k, const Epilogue& e, int64_t r0,
                int64_t block0) {
     const float* x = static_cast<const float*>(xp) + r0 * ldx;
     const __m256i high = _mm256_set1_epi32((int)0xffff0000u);
-    SS_ZERO_ACC()
-    __m256 acc_odd[MR2][NR2][2];
+    // the loop's sums live apart from acc (which the epilogue reads): sharing the array kept some of
+    // them on the stack, stored at every step
+    __m256 sum[MR2][NR2][2];
 #pragma GCC unroll 4
     for (int r = 0; r < R; r++)
 #pragma GCC unroll 4
-        for (int c = 0; c < C; c++) acc_odd[r][c][0] = acc_odd[r][c][1] = _mm256_setzero_ps();
-    for (int64_t kk = 0; kk < k; kk += 2) {
+        for (int c = 0; c < C; c++) sum[r][c][0] = sum[r][c][1] = _mm256_setzero_ps();
+    int64_t kk = 0;
+    for (; kk + 1 < k; kk += 2) {
         prefetch_next_tile<C>(wp, bb, kk / 2, 2 * NB * 2);
-        const bool pair = kk + 1 < k;
-        __m256 x0[MR2], x1[MR2];
+        if constexpr (C == 1) {           // widen the block once, then row by row
+            __m256 even[2], odd[2];
+#pragma GCC unroll 2
+            for (int h = 0; h < 2; h++) {
+                const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wp + kk * 2 * NB + h * 32));
+                even[h] = _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));
+                odd[h] = _mm256_castsi256_ps(_mm256_and_si256(v, high));
+            }
 #pragma GCC unroll 4
-        for (int r = 0; r < R; r++) {
-            x0[r] = _mm256_broadcast_ss(x + r * ldx + kk);
-            x1[r] = pair ? _mm256_broadcast_ss(x + r * ldx + kk + 1) : _mm256_setzero_ps();
+            for (int r = 0; r < R; r++) {
+                const __m256 x0 = _mm256_broadcast_ss(x + r * ldx + kk), x1 = _mm256_broadcast_ss(x + r * ldx + kk + 1);
+#pragma GCC unroll 2
+                for (int h = 0; h < 2; h++)
+                    sum[r][0][h] = _mm256_fmadd_ps(x1, odd[h], _mm256_fmadd_ps(x0, even[h], sum[r][0][h]));
+            }
+        } else {                          // broadcast the rows once, then block by block
+            __m256 x0[MR2], x1[MR2];
+#pragma GCC unroll 4
+            for (int r = 0; r < R; r++) {
+                x0[r] = _mm256_broadcast_ss(x + r * ldx + kk);
+                x1[r] = _mm256_broadcast_ss(x + r * ldx + kk + 1);
+            }
+#pragma GCC unroll 4
+            for (int c = 0; c < C; c++)
+#pragma GCC unroll 2
+                for (int h = 0; h < 2; h++) {
+                    const __m256i v =
+                        _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wp + c * bb + kk * 2 * NB + h * 32));
+                    const __m256 even = _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));
+                    const __m256 odd = _mm256_castsi256_ps(_mm256_and_si256(v, high));
+#pragma GCC unroll 4
+                    for (int r = 0; r < R; r++)
+                        sum[r][c][h] = _mm256_fmadd_ps(x1[r], odd, _mm256_fmadd_ps(x0[r], even, sum[r][c][h]));
+                }
         }
+    }
+    if (kk < k) {                         // odd k: the last pair holds k - 1 and padding
 #pragma GCC unroll 4
         for (int c = 0; c < C; c++)
 #pragma GCC unroll 2
             for (int h = 0; h < 2; h++) {
-                const auto* pairs = reinterpret_cast<const __m256i*>(wp + c * bb + kk * 2 * NB + h * 32);
-                const __m256i v = _mm256_loadu_si256(pairs);
+                const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wp + c * bb + kk * 2 * NB + h * 32));
                 const __m256 even = _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));
-                const __m256 odd = _mm256_castsi256_ps(_mm256_and_si256(v, high));
 #pragma GCC unroll 4
-                for (int r = 0; r < R; r++) {
-                    acc[r][c][h] = _mm256_fmadd_ps(x0[r], even, acc[r][c][h]);
-                    acc_odd[r][c][h] = _mm256_fmadd_ps(x1[r], odd, acc_odd[r][c][h]);
-                }
+                for (int r = 0; r < R; r++)
+                    sum[r][c][h] = _mm256_fmadd_ps(_mm256_broadcast_ss(x + r * ldx + kk), even, sum[r][c][h]);
             }
     }
+    __m256 acc[MR2][NR2][2];
 #pragma GCC unroll 4
     for (int r = 0; r < R; r++)
 #pragma GCC unroll 4
-        for (int c = 0; c < C; c++)
-#pragma GCC unroll 2
-            for (int h = 0; h < 2; h++) acc[r][c][h] = _mm256_add_ps(acc[r][c][h], acc_odd[r][c][h]);
+        for (int c = 0; c < C; c++) acc[r][c][0] = sum[r][c][0], acc[r][c][1] = sum[r][c][1];
     finish_tile<R, C>(acc, e, r0, block0);
 }
 
@@ -245,8 +272,8 @@ void gemm_avx2(const ss_weight& w, const void* x, int64_t m, int64_t ldx, const 
     const TileFn(*tiles)[NR2] = w.type == SS_W_F32 ? kTilesF32 : w.type == SS_W_I8 ? kTilesI8
                               : bf16 ? kTilesBF16 : kTilesQ8;
     // a gated product needs gate and up blocks in one tile: an even number of blocks per tile, and for
-    // bf16 one row (two blocks of two rows would not fit in the registers)
-    const int64_t rows_per_tile = bf16 ? (gated ? 1 : 2) : q8 ? 3 : MR2;
+    // bf16 at most 2 rows (2 blocks of 4 rows would not fit in the registers)
+    const int64_t rows_per_tile = bf16 && gated ? 2 : q8 ? 3 : MR2;
     const int* blocks_for_rows = bf16 ? kBf16BlocksForRows : q8 ? kQ8BlocksForRows : kBlocksForRows;
     int per_tile = blocks_for_rows[std::min<int64_t>(m, rows_per_tile)];
     if (gated && per_tile % 2) per_tile = per_tile == 1 ? 2 : per_tile - 1;
