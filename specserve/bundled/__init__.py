@@ -21,10 +21,11 @@ STDLIB_CODER_DRAFTERS = {
 # spec type -> (--spec-draft-n-max, --spec-draft-n-max-sampled)
 AMX_N_MAX = {"draft-simple": (6, 2), "draft-eagle3": (8, 2), "draft-mtp": (10, 3), "draft-dflash": (6, 2),
              "draft-dspark": (8, 3)}
-# on a CPU without AVX-512 (AVX2 kernels) each verified row costs about three quarters of a one-row
-# forward, and sampled requests, whose drafts are rarely accepted past the first, draft one token
-# (T=1, 1 slot, q8 drafts: MTP with sampled drafts 0.61x at 1 draft and 0.57x at 2 in one interleaved
-# run; the method table's sampled-draft cells 0.31-0.68x at 3 drafts, 0.47-0.92x at 1)
+# on a CPU without AVX-512 (AVX2 kernels) the second verified row costs about a quarter of a one-row
+# forward and each further one half, and sampled requests, whose drafts are rarely accepted past the
+# first, draft one token
+# (T=1, 1 slot, q8 drafts, after the AVX2 weight prefetch: MTP with sampled drafts 0.73x at 1 draft,
+# 0.59x at 2 and 0.66x at 3 in one interleaved run; docs/results/method_table_avx2.md)
 NO_AVX512_N_MAX_SAMPLED = 1
 # without int8 dot products the chains take int8 weights, which halve the bytes each of their one-row
 # steps streams, and the block drafters bfloat16
