@@ -52,7 +52,8 @@ def test_packed_linear_matches_reference(dtype, quant, n, k):
 
 
 @pytest.mark.parametrize("dtype,quant", WEIGHT_CASES)
-@pytest.mark.parametrize("k", [96, 128])     # q8 with k in whole 64-byte steps also runs on AMX tiles from 4 rows
+@pytest.mark.parametrize("k", [45, 96, 128])  # odd k: the tiles' last step; q8 with k in whole 64-byte steps
+                                              # also runs on AMX tiles from 4 rows
 def test_rows_are_bit_identical_in_any_batch_and_thread_count(dtype, quant, k):
     weight, bias = _weights(200, k, dtype)
     packed = PackedLinear(weight, bias, quant)
