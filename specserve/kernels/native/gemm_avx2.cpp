@@ -193,7 +193,8 @@ void tile_bf16(const void* xp, int64_t ldx, const uint8_t* wp, int64_t bb, int64
         for (int c = 0; c < C; c++)
 #pragma GCC unroll 2
             for (int h = 0; h < 2; h++) {
-                const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wp + c * bb + kk * 2 * NB + h * 32));
+                const __m256i v =
+                    _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wp + c * bb + kk * 2 * NB + h * 32));
                 const __m256 even = _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));
 #pragma GCC unroll 4
                 for (int r = 0; r < R; r++)
