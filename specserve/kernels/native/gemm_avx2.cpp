@@ -132,6 +132,14 @@ void tile_fma(const void* xp, int64_t ldx, const uint8_t* wp, int64_t bb, int64_
     finish_tile<R, C>(acc, e, r0, block0);
 }
 
+// bf16 weights: the 8 columns of half h of block c at the pair of k from kk, and each pair's even and
+// odd k as float lanes
+inline __m256i load_pairs(const uint8_t* wp, int64_t bb, int c, int h, int64_t kk) {
+    return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wp + c * bb + kk * 2 * NB + h * 32));
+}
+inline __m256 even_k(__m256i pairs) { return _mm256_castsi256_ps(_mm256_slli_epi32(pairs, 16)); }
+inline __m256 odd_k(__m256i pairs, __m256i high) { return _mm256_castsi256_ps(_mm256_and_si256(pairs, high)); }
+
 // float32 rows times bf16 weights, stored in pairs of k per column: a 32-bit lane holds (k even, k odd),
 // so the even weight is the lane shifted up 16 bits and the odd one the lane's high half. Each output's
 // accumulator takes k in order, two FMAs per pair. Every tile keeps 8 accumulators (rows x blocks x 2
@@ -156,9 +164,8 @@ void tile_bf16(const void* xp, int64_t ldx, const uint8_t* wp, int64_t bb, int64
             __m256 even[2], odd[2];
 #pragma GCC unroll 2
             for (int h = 0; h < 2; h++) {
-                const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wp + kk * 2 * NB + h * 32));
-                even[h] = _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));
-                odd[h] = _mm256_castsi256_ps(_mm256_and_si256(v, high));
+                const __m256i v = load_pairs(wp, bb, 0, h, kk);
+                even[h] = even_k(v), odd[h] = odd_k(v, high);
             }
 #pragma GCC unroll 4
             for (int r = 0; r < R; r++) {
@@ -178,10 +185,8 @@ void tile_bf16(const void* xp, int64_t ldx, const uint8_t* wp, int64_t bb, int64
             for (int c = 0; c < C; c++)
 #pragma GCC unroll 2
                 for (int h = 0; h < 2; h++) {
-                    const __m256i v =
-                        _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wp + c * bb + kk * 2 * NB + h * 32));
-                    const __m256 even = _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));
-                    const __m256 odd = _mm256_castsi256_ps(_mm256_and_si256(v, high));
+                    const __m256i v = load_pairs(wp, bb, c, h, kk);
+                    const __m256 even = even_k(v), odd = odd_k(v, high);
 #pragma GCC unroll 4
                     for (int r = 0; r < R; r++)
                         sum[r][c][h] = _mm256_fmadd_ps(x1[r], odd, _mm256_fmadd_ps(x0[r], even, sum[r][c][h]));
@@ -193,9 +198,7 @@ void tile_bf16(const void* xp, int64_t ldx, const uint8_t* wp, int64_t bb, int64
         for (int c = 0; c < C; c++)
 #pragma GCC unroll 2
             for (int h = 0; h < 2; h++) {
-                const __m256i v =
-                    _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wp + c * bb + kk * 2 * NB + h * 32));
-                const __m256 even = _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));
+                const __m256 even = even_k(load_pairs(wp, bb, c, h, kk));
 #pragma GCC unroll 4
                 for (int r = 0; r < R; r++)
                     sum[r][c][h] = _mm256_fmadd_ps(_mm256_broadcast_ss(x + r * ldx + kk), even, sum[r][c][h]);
