@@ -11,14 +11,6 @@
 namespace ss {
 namespace {
 
-#ifdef SS_AVX2
-inline float sum8(__m256 v) {      // a fixed order
-    alignas(32) float l[8];
-    _mm256_store_ps(l, v);
-    return ((l[0] + l[1]) + (l[2] + l[3])) + ((l[4] + l[5]) + (l[6] + l[7]));
-}
-#endif
-
 // scores[j] = exp(scores[j] - max) for j < n; returns their sum (in vector lanes, then a fixed order)
 float softmax_numerators(float* scores, int64_t n) {
     const float mx = row_max(scores, n);
@@ -51,7 +43,7 @@ float softmax_numerators(float* scores, int64_t n) {
         for (int64_t l = 0; j + l < n; l++) scores[j + l] = tail[l];
         acc = _mm256_add_ps(acc, e);
     }
-    return sum8(acc);
+    return reduce_sum8(acc);
 #else
     float sum = 0.0f;
     for (int64_t j = 0; j < n; j++) {

@@ -42,9 +42,7 @@ float quantize_row(const float* x, int64_t k, int64_t kp, uint8_t* out) {
     const __m256 magnitude = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
     __m256 vmax = _mm256_setzero_ps();
     for (; i + 8 <= k; i += 8) vmax = _mm256_max_ps(vmax, _mm256_and_ps(_mm256_loadu_ps(x + i), magnitude));
-    alignas(32) float lanes[8];
-    _mm256_store_ps(lanes, vmax);
-    for (int l = 0; l < 8; l++) amax = std::max(amax, lanes[l]);
+    amax = reduce_max8(vmax);
 #endif
     for (; i < k; i++) amax = std::max(amax, std::fabs(x[i]));
     const float inv = amax > 0.0f ? 127.0f / amax : 0.0f;

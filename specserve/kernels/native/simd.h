@@ -108,6 +108,19 @@ inline __m256 silu256(__m256 x) {
     const __m256 e = exp256(_mm256_sub_ps(_mm256_setzero_ps(), x));
     return _mm256_div_ps(x, _mm256_add_ps(_mm256_set1_ps(1.0f), e));
 }
+
+// the 8 lanes' maximum, and their sum in a fixed order (pairs, then pairs of pairs)
+inline float reduce_max8(__m256 v) {
+    alignas(32) float l[8];
+    _mm256_store_ps(l, v);
+    return std::max(std::max(std::max(l[0], l[1]), std::max(l[2], l[3])),
+                    std::max(std::max(l[4], l[5]), std::max(l[6], l[7])));
+}
+inline float reduce_sum8(__m256 v) {
+    alignas(32) float l[8];
+    _mm256_store_ps(l, v);
+    return ((l[0] + l[1]) + (l[2] + l[3])) + ((l[4] + l[5]) + (l[6] + l[7]));
+}
 #endif
 
 // max of x[0..n) (-inf for n = 0): a maximum is exact in any order, so the vector one gives the same
@@ -121,10 +134,7 @@ inline float row_max(const float* x, int64_t n) {
     __m256 vmax = _mm256_set1_ps(-INFINITY);
     int64_t j = 0;
     for (; j + 8 <= n; j += 8) vmax = _mm256_max_ps(vmax, _mm256_loadu_ps(x + j));
-    alignas(32) float lanes[8];
-    _mm256_store_ps(lanes, vmax);
-    float mx = lanes[0];
-    for (int l = 1; l < 8; l++) mx = std::max(mx, lanes[l]);
+    float mx = reduce_max8(vmax);
     for (; j < n; j++) mx = std::max(mx, x[j]);
     return mx;
 #else
