@@ -7,10 +7,11 @@ import pytest
 
 from specserve import LLM, SamplingParams
 from specserve import kernels
-from specserve.bundled import (AMX_N_MAX, NO_AVX512_N_MAX_SAMPLED, NO_INT8_DOT_QUANT, STDLIB_CODER_DRAFTERS,
-                               served_options, shipped_drafters)
+from specserve.bundled import (AMX_N_MAX, NO_AVX512_DRAFT_VOCAB, NO_AVX512_N_MAX_SAMPLED, NO_INT8_DOT_QUANT,
+                               STDLIB_CODER, STDLIB_CODER_DRAFTERS, served_options, shipped_drafters)
 from specserve.commands.demo import default_spec_types
 from specserve.llm import BUNDLED_MODEL
+from specserve.speculative.draft_vocab import kept_token_ids
 from specserve.speculative.registry import draftless_types
 from support.cli import run
 
@@ -27,6 +28,15 @@ def test_every_drafter_is_shipped():
     assert set(shipped_drafters()) == set(STDLIB_CODER_DRAFTERS)
 
 
+def test_bundled_token_ranking_ranks_the_whole_vocabulary():
+    """--spec-draft-vocab's default ranking: every token once, the most frequent (code's indentation and
+    punctuation) first."""
+    ranking = json.loads((STDLIB_CODER / "token_ranking.json").read_text())
+    vocab = json.loads((STDLIB_CODER / "config.json").read_text())["vocab_size"]
+    assert len(kept_token_ids(STDLIB_CODER / "token_ranking.json", vocab, vocab)) == vocab
+    assert ranking["counts"] == sorted(ranking["counts"], reverse=True) and ranking["counts"][2047] > 0
+
+
 def test_shipped_drafter_weights_stay_small():
     """Every version of a shipped file stays in the repository's history: about 6 MB each at most."""
     for folder, _ in STDLIB_CODER_DRAFTERS.values():
@@ -40,13 +50,15 @@ def test_bundled_drafter_is_accepted_and_lossless(baseline, spec_type, quant):
     folder, n_max = STDLIB_CODER_DRAFTERS[spec_type]
     amx = kernels.mode() == "native" and kernels.has_amx()
     n_max, n_sampled = AMX_N_MAX[spec_type] if amx else (n_max, n_max)    # with AMX rows cost little at T=0
+    vocab = 0
     if kernels.mode() == "native" and not kernels.has_avx512():      # without AVX-512 every row costs
-        n_sampled = NO_AVX512_N_MAX_SAMPLED
+        n_sampled, vocab = NO_AVX512_N_MAX_SAMPLED, NO_AVX512_DRAFT_VOCAB.get(spec_type, 0)
     options = served_options(spec_type) if quant == "served" else {"spec_draft_n_max": n_max}
     assert options["spec_draft_n_max"] == n_max
     assert options.get("spec_draft_n_max_sampled", n_max) == (n_sampled if quant == "served" else n_max)
     q8 = kernels.mode() == "native" and kernels.has_int8_dot()
     assert options.get("quant_draft") == (("q8" if q8 else NO_INT8_DOT_QUANT.get(spec_type)) if quant else None)
+    assert options.get("spec_draft_vocab", 0) == (vocab if quant else 0)
     llm = LLM(BUNDLED_MODEL, draft_model=folder, spec_type=spec_type, n_parallel=2, **options)
     assert llm.engine.driver.max_draft() == n_max
     outs = llm.generate(PROMPTS, SamplingParams(temperature=0, max_tokens=48, ignore_eos=True))

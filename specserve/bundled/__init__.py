@@ -27,6 +27,12 @@ AMX_N_MAX = {"draft-simple": (6, 2), "draft-eagle3": (8, 2), "draft-mtp": (10, 3
 # (T=1, 1 slot, q8 drafts, after the AVX2 weight prefetch: MTP with sampled drafts 0.73x at 1 draft,
 # 0.59x at 2 and 0.66x at 3 in one interleaved run; docs/results/method_table_avx2.md)
 NO_AVX512_N_MAX_SAMPLED = 1
+# there a chain's draft step is one layer plus the lm_head over the whole vocabulary, the larger part:
+# MTP drafts among the 2048 most frequent tokens (--spec-draft-vocab, ranked in the target folder's
+# token_ranking.json): T=0, 1 slot, four interleaved runs, 0.95-1.11x -> 1.02-1.20x over no speculation
+# (medians 4-15 % up in each), tau 3.39 -> 3.34. EAGLE-3 already drafts among 2048; draft-simple gained
+# 1-4 %, within the noise (docs/model-drafters.md)
+NO_AVX512_DRAFT_VOCAB = {"draft-mtp": 2048}
 # without int8 dot products the chains take int8 weights, which halve the bytes each of their one-row
 # steps streams, and the block drafters bfloat16
 NO_INT8_DOT_QUANT = {"draft-simple": "int8", "draft-eagle3": "int8", "draft-mtp": "int8"}
@@ -60,13 +66,16 @@ def served_n_max(spec_type: str, sampled: bool = False) -> int:
 
 
 def served_options(spec_type: str) -> dict:
-    """The options a shipped drafter is served with on this CPU: its draft lengths and its weights."""
+    """The options a shipped drafter is served with on this CPU: its draft lengths, its weights and, where
+    measured to pay, its draft vocabulary."""
     options = {"spec_draft_n_max": served_n_max(spec_type)}
     if served_n_max(spec_type, sampled=True) != options["spec_draft_n_max"]:
         options["spec_draft_n_max_sampled"] = served_n_max(spec_type, sampled=True)
     quant = served_quant(spec_type)
     if quant:
         options["quant_draft"] = quant
+    if spec_type in NO_AVX512_DRAFT_VOCAB and kernels.mode() == "native" and not kernels.has_avx512():
+        options["spec_draft_vocab"] = NO_AVX512_DRAFT_VOCAB[spec_type]
     return options
 
 

@@ -81,7 +81,7 @@ _SIGNATURES = {
     "ss_layer_forward": (None, [POINTER(Model), c_int32, c_void_p, c_int64, c_void_p, c_int64, c_void_p,
                                 POINTER(Attention)]),
     "ss_model_forward": (c_int32, [POINTER(Model), POINTER(Step)]),
-    "ss_model_draft_chain": (c_int32, [POINTER(Model), POINTER(Step), c_int64, c_void_p, c_void_p]),
+    "ss_model_draft_chain": (c_int32, [POINTER(Model), POINTER(Step), c_int64, c_void_p, c_void_p, c_void_p]),
     "ss_sampling_probs": (None, [c_void_p, c_int64, c_int64, c_int32, c_float, c_float, c_float, c_void_p]),
     "ss_sample": (None, [c_void_p, c_int64, c_int64, c_void_p, c_void_p]),
     "ss_verify_logits": (c_int64, [c_void_p, c_int64, c_int64, c_int32, c_float, c_float, c_float, c_void_p, c_void_p,

@@ -80,6 +80,14 @@ class Eagle3Draft(DraftHead):
     def lm_head_weight(self) -> torch.Tensor:
         return self.lm_head.weight if self.lm_head is not None else self.shared_lm_head
 
+    def cut_lm_head(self, rows: torch.Tensor) -> None:
+        """Keep only these lm_head rows (--spec-draft-vocab; before new_cache packs it). The proposer maps the
+        kept rows to target ids itself: d2t stays as loaded."""
+        if self.lm_head is not None:
+            self.lm_head.weight = nn.Parameter(self.lm_head.weight.data[rows].contiguous(), requires_grad=False)
+        else:
+            self.shared_lm_head = self.shared_lm_head[rows].contiguous()
+
     def target_ids(self) -> torch.Tensor:
         """[Vd] target token id of each draft vocabulary id."""
         return torch.arange(self.opts.draft_vocab_size, device=self.d2t.device) + self.d2t

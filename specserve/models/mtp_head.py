@@ -55,6 +55,10 @@ class MtpHead(DraftHead):
     def lm_head_weight(self) -> torch.Tensor:
         return self.head
 
+    def cut_lm_head(self, rows: torch.Tensor) -> None:
+        """Keep only these lm_head rows (--spec-draft-vocab; before new_cache packs it)."""
+        self.head = self.head[rows].contiguous()
+
     def normed_and_next(self, h: torch.Tensor):
         """(out_norm(h) for the head, the same post-norm hidden fed to the next chained step)."""
         normed = rms_norm(h, self.out_norm.weight, self.config.rms_norm_eps)

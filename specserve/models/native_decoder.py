@@ -179,7 +179,7 @@ class NativeDecoder:
 
     def __init__(self, model, quant: str | None = None):
         cfg = model.config
-        self.model = model
+        self.model, self.quant = model, quant
         self.stack = NativeLayers(model.model.layers, cfg, quant)
         self.stack.set_io(model.model.embed_tokens.weight, model.model.norm.weight, model.lm_head_weight, quant)
         self.hidden = cfg.hidden_size
@@ -189,6 +189,17 @@ class NativeDecoder:
         self._taps: dict = {}
         self._drafts: dict = {}                         # draft_chain's outputs by shape
         self._chain_logits: dict = {}                   # ... and its first step's logits by row count
+        self.id_map: torch.Tensor | None = None          # lm_head row -> token id, once cut_lm_head ran
+
+    def cut_lm_head(self, rows: torch.Tensor) -> None:
+        """Keep only these lm_head rows (a drafter's --spec-draft-vocab): logits have len(rows) columns, and
+        draft_chain's drafts map back to token ids."""
+        old = self.stack.head
+        self.stack.set_io(self.model.model.embed_tokens.weight, self.model.model.norm.weight,
+                          self.model.lm_head_weight[rows], self.quant)
+        self.stack.keep.remove(old)
+        self.vocab, self.id_map = len(rows), rows.to(torch.int64).contiguous()
+        self._chain_logits.clear()
 
     @property
     def head(self) -> PackedLinear:
@@ -212,7 +223,7 @@ class NativeDecoder:
         step, _ = self._step(batch, cache, (), False, keep, chain=True)
         drafts = draft_buffer(self._drafts, batch.output_rows.shape[0], 1 + n_more)
         self.lib.ss_model_draft_chain(self.stack.model_ref, ctypes.byref(step), n_more,
-                                      None if pick is None else pick.ref, drafts.data_ptr())
+                                      None if pick is None else pick.ref, _ptr(self.id_map), drafts.data_ptr())
         for seg in batch.segments:
             cache.lengths[seg.slot] = seg.pos0 + seg.n_rows + n_more
         return drafts

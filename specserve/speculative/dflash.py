@@ -28,7 +28,7 @@ from ..models.block_drafter_format import LAYOUTS
 from ..option import Option, read_options
 from .base import Draft, DraftRequest, Proposer, ProposerContext
 from .confidence_schedule import confident_prefix_lengths
-from .draft_options import draft_settings
+from .draft_options import check_no_draft_vocab, draft_settings
 from .markov_chain import BlockChain, draft_uniforms, run_block_chain
 
 log = logging.getLogger("specserve.speculative")
@@ -63,6 +63,7 @@ class DFlash(Proposer):
         if layout not in ("auto",) + LAYOUTS:
             raise OptionError(f"--spec-dflash-layout must be auto, {' or '.join(LAYOUTS)}, got {layout!r}")
         self.settings = draft_settings(ctx.options)
+        check_no_draft_vocab(self.settings, self.name)       # the block call's lm_head is the target's, whole
         self.drafter = load_block_drafter(ctx.draft_model_dir, ctx.target, layout, ctx.tokenizer)
         config = self.drafter.config
         if self.uses_markov and not config.markov_rank:

@@ -22,11 +22,20 @@ DRAFT_OPTIONS = [
     Option(("--quant-draft",), "quant_draft", str, "none",
            "weight quantization of the draft model or head: none, int8 or q8 (as --quant; native kernels only); "
            "drafts are verified by the target, so output does not change"),
+    Option(("--spec-draft-vocab",), "spec_draft_vocab", int, 0,
+           "draft-simple/eagle3/mtp: draft only among the target's N most frequent tokens, the drafter's lm_head "
+           "cut to them (cheaper draft steps; output unchanged; 0: every token)"),
+    Option(("--spec-draft-token-ranking",), "spec_draft_token_ranking", str, "",
+           "the token ranking --spec-draft-vocab takes its tokens from (default: token_ranking.json in the draft "
+           "folder, else in the target folder)"),
 ]
+
+# the drafters that can cut their lm_head to --spec-draft-vocab tokens
+DRAFT_VOCAB_TYPES = ("draft-simple", "draft-eagle3", "draft-mtp")
 
 
 def draft_settings(values: dict) -> SimpleNamespace:
-    """n_max, n_max_sampled, n_min, p_min, sample and quant_draft, checked."""
+    """n_max, n_max_sampled, n_min, p_min, sample, quant_draft, vocab and token_ranking, checked."""
     s = read_options(DRAFT_OPTIONS, values, prefix="spec_draft_")
     if s.n_max < 1:
         raise OptionError(f"--spec-draft-n-max must be >= 1, got {s.n_max}")
@@ -39,4 +48,15 @@ def draft_settings(values: dict) -> SimpleNamespace:
     if not 0.0 <= s.p_min <= 1.0:
         raise OptionError(f"--spec-draft-p-min must be in [0, 1], got {s.p_min}")
     s.quant_draft = check_quant(s.quant_draft, "--quant-draft")
+    if s.vocab < 0:
+        raise OptionError(f"--spec-draft-vocab must be >= 0, got {s.vocab}")
+    if s.token_ranking and not s.vocab:
+        raise OptionError("--spec-draft-token-ranking needs --spec-draft-vocab N (how many of its tokens to keep)")
     return s
+
+
+def check_no_draft_vocab(settings: SimpleNamespace, spec_type: str) -> None:
+    """A drafter whose lm_head cannot be cut refuses --spec-draft-vocab rather than ignore it."""
+    if settings.vocab or settings.token_ranking:
+        raise OptionError(f"--spec-draft-vocab / --spec-draft-token-ranking apply to {' and '.join(DRAFT_VOCAB_TYPES)}, "
+                          f"not {spec_type}")

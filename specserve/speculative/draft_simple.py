@@ -18,6 +18,7 @@ from ..models.transformer import CausalLM
 from .base import Draft, DraftRequest, Proposer, ProposerContext
 from .draft_chain import ChainRows, one_call_chain, run_chain
 from .draft_options import draft_settings
+from .draft_vocab import draft_vocab_ids
 from .vocab_compat import check_vocab_compatible
 
 
@@ -39,9 +40,21 @@ class DraftSimple(Proposer):
         self.draft_vocab = self.model.config.vocab_size
         self.model.quant = self.settings.quant_draft
         self.cache = self.model.new_cache(ctx.n_slots, ctx.max_ctx)
+        self.id_map = self._cut_vocab() if self.settings.vocab else None    # lm_head row -> target id
         # the tokens whose rows are in each slot's draft cache (valid up to cache.length(slot))
         self.seen = np.zeros((ctx.n_slots, self.cache.capacity + 1), dtype=np.int64)
         self.agreed = [0] * ctx.n_slots      # per slot: cache rows known to equal the committed tokens
+
+    def _cut_vocab(self) -> torch.Tensor:
+        """--spec-draft-vocab: the kept ids, the lm_head rows the native forward keeps (the PyTorch forward's
+        logits are cut to them in _step)."""
+        if self.draft_vocab != self.target_vocab:
+            raise OptionError(f"--spec-draft-vocab needs a draft model with the target's vocabulary "
+                              f"({self.draft_vocab} against {self.target_vocab} tokens)")
+        kept = draft_vocab_ids(self.settings, self.ctx)
+        if self.model.native is not None:
+            self.model.native.cut_lm_head(kept)
+        return kept
 
     def _catch_up_rows(self, req: DraftRequest) -> ChainRows:
         tokens, slot, seen = req.tokens, req.slot, self.seen[req.slot]
@@ -70,6 +83,8 @@ class DraftSimple(Proposer):
         logits = out.logits
         if logits is not None and self.draft_vocab > self.target_vocab:
             logits = logits[:, :self.target_vocab]          # never draft a token the target cannot take
+        if logits is not None and self.id_map is not None and logits.shape[-1] != len(self.id_map):
+            logits = logits[:, self.id_map]
         return logits, None
 
     def draft(self, requests: list[DraftRequest]) -> dict[int, Draft]:
@@ -77,7 +92,7 @@ class DraftSimple(Proposer):
         if self._one_call():
             return one_call_chain(requests, first, self._step, self.settings, self._chain_call, self.target_vocab,
                                   self.picks)
-        return run_chain(requests, first, self._step, self.settings, self.target_vocab)
+        return run_chain(requests, first, self._step, self.settings, self.target_vocab, self.id_map)
 
     def _one_call(self) -> bool:
         """Whether the whole chain can run as one native call: the same vocabulary, and RoPE tables

@@ -28,10 +28,7 @@ class Eagle3Proposer(HiddenChainProposer):
         self.head, taps = load_eagle3(ctx.draft_model_dir, ctx.target)
         # the taps in the checkpoint's concatenation order, or the final state without aux taps
         self.taps = tuple(taps) if self.head.opts.use_aux else (FINAL,)
-        self.head.quant = self.settings.quant_draft
-        self.cache = self.head.new_cache(ctx.n_slots, ctx.max_ctx)
-        if self.head.opts.draft_vocab_size != self.target_vocab or bool(self.head.d2t.any()):
-            self.id_map = self.head.target_ids()
+        self.serve_head(self.head.target_ids())
 
     def project(self, features: torch.Tensor) -> torch.Tensor:
         if not self.head.opts.use_aux:

@@ -24,12 +24,12 @@ from ..models.tap_store import FINAL
 from .base import Draft, DraftRequest, Proposer, ProposerContext
 from .draft_chain import ChainRows, one_call_chain, run_chain
 from .draft_options import draft_settings
+from .draft_vocab import cut_rows, draft_vocab_ids
 
 
 class HiddenChainProposer(Proposer):
-    """Base class: subclasses load `self.head` (forward_step over a StepBatch), make `self.cache`
-    with `self.head.new_cache`, and say which target states the head reads (`taps`; default: the final
-    normed state)."""
+    """Base class: subclasses load `self.head` (forward_step over a StepBatch), call `serve_head`, and
+    say which target states the head reads (`taps`; default: the final normed state)."""
 
     id_map: torch.Tensor | None = None      # draft vocabulary id -> target id (EAGLE-3 d2t)
     model_drafter = True
@@ -51,6 +51,21 @@ class HiddenChainProposer(Proposer):
     def head_step(self, batch: StepBatch, hidden: torch.Tensor):
         """(logits of the output rows [n_out, V or Vd], next hidden of the output rows)."""
         return self.head.forward_step(batch, hidden, self.cache)
+
+    def serve_head(self, row_ids: torch.Tensor | None = None) -> None:
+        """Set up the loaded `self.head` for serving: its weights' quantization, its lm_head cut to the
+        --spec-draft-vocab tokens, its KV cache. row_ids: the target id each lm_head row drafts (None: row r
+        drafts token r)."""
+        ctx, settings = self.ctx, self.settings
+        self.head.quant = settings.quant_draft
+        if settings.vocab:
+            row_ids = torch.arange(self.target_vocab) if row_ids is None else row_ids
+            rows = cut_rows(row_ids, draft_vocab_ids(settings, ctx))
+            self.head.cut_lm_head(rows)
+            row_ids = row_ids[rows]
+        if row_ids is not None and not torch.equal(row_ids, torch.arange(self.target_vocab)):
+            self.id_map = row_ids.contiguous()
+        self.cache = self.head.new_cache(ctx.n_slots, ctx.max_ctx)
 
     # Proposer -------------------------------------------------------------------
     def begin(self, slot: int, prompt: np.ndarray) -> None:

@@ -19,5 +19,4 @@ class MtpProposer(HiddenChainProposer):
     def __init__(self, ctx: ProposerContext):
         super().__init__(ctx)
         self.head = load_mtp_head(ctx.target, ctx.draft_model_dir)
-        self.head.quant = self.settings.quant_draft
-        self.cache = self.head.new_cache(ctx.n_slots, ctx.max_ctx)
+        self.serve_head()

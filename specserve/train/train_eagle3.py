@@ -23,6 +23,7 @@ from ..models.transformer import init_weights
 from .draft_loop import optimize
 from .drafter_common import (DrafterJob, usage, load_frozen_target, served_acceptance,
                              target_distribution, write_card)
+from .token_ranking import ranked_ids, regenerated_counts
 from .ttt import eagle3_step, unrolled_loss
 
 HELP = "an EAGLE-3 head for --spec-type draft-eagle3 (-md DIR)"
@@ -42,11 +43,7 @@ def add_arguments(group) -> None:
 
 def frequent_tokens(samples, vocab: int, n: int) -> torch.Tensor:
     """The n most frequent regenerated tokens, sorted (ties by id), padded with low ids if too few."""
-    counts = np.zeros(vocab, dtype=np.int64)
-    for s in samples:
-        np.add.at(counts, np.asarray(s.tokens[s.n_prompt:], dtype=np.int64), 1)
-    order = np.lexsort((np.arange(vocab), -counts))[:n]
-    return torch.from_numpy(np.sort(order))
+    return torch.from_numpy(np.sort(ranked_ids(regenerated_counts(samples, vocab))[:n]))
 
 
 def build_head(target, taps: tuple[int, ...], used: torch.Tensor, seed: int) -> Eagle3Draft:

@@ -173,7 +173,7 @@ int32_t ss_model_forward(const ss_model* m, const ss_step* step) {
 }
 
 int32_t ss_model_draft_chain(const ss_model* m, const ss_step* first, int64_t n_more, const ss_chain_pick* pick,
-                             int64_t* drafts) {
+                             const int64_t* id_map, int64_t* drafts) {
     // step 0 is `first` (its output rows: one per slot, in slot order); then one row per slot per step
     const int64_t n_slots = first->n_out, width = n_more + 1;
     ss_model_forward(m, first);
@@ -183,7 +183,7 @@ int32_t ss_model_draft_chain(const ss_model* m, const ss_step* first, int64_t n_
         const int64_t r = first->out_rows[i];
         slots[i] = first->attn.row_slot[r];
         pos[i] = first->attn.row_pos[r];
-        drafts[i * width] = ss::pick_draft(pick, i, 0, first->logits + i * m->vocab, m->vocab, nullptr);
+        drafts[i * width] = ss::pick_draft(pick, i, 0, first->logits + i * m->vocab, m->vocab, id_map);
     }
     std::vector<int64_t> out_rows(n_slots);
     for (int64_t i = 0; i < n_slots; i++) out_rows[i] = i;
@@ -206,7 +206,7 @@ int32_t ss_model_draft_chain(const ss_model* m, const ss_step* first, int64_t n_
         step.logits = logits.data();
         ss_model_forward(m, &step);
         for (int64_t i = 0; i < n_slots; i++)
-            drafts[i * width + j] = ss::pick_draft(pick, i, j, logits.data() + i * m->vocab, m->vocab, nullptr);
+            drafts[i * width + j] = ss::pick_draft(pick, i, j, logits.data() + i * m->vocab, m->vocab, id_map);
     }
     ss::mark_unfed_drafts(drafts, n_slots, n_more, j);
     return 0;

@@ -108,8 +108,9 @@ struct ss_chain_pick {
 };
 // A draft chain: `first` (logits set, one output row per slot, in slot order), then n_more steps that
 // each feed every slot's last draft at the next position. drafts [n_out, 1 + n_more]; pick null: argmax.
+// id_map [vocab] (null: none) maps the lm_head's rows to token ids (an lm_head cut to some tokens).
 int32_t ss_model_draft_chain(const ss_model* m, const ss_step* first, int64_t n_more, const ss_chain_pick* pick,
-                             int64_t* drafts);
+                             const int64_t* id_map, int64_t* drafts);
 // probs [n_rows, vocab]: the distribution sampling draws from (top-k, top-p, min-p, then temperature)
 void ss_sampling_probs(const float* logits, int64_t n_rows, int64_t vocab, int32_t top_k, float top_p, float min_p,
                        float temperature, float* probs);
