@@ -68,7 +68,6 @@ def test_ranking_round_trip_and_cli(tmp_path, target):
     assert ranking["token_ids"][:3] == [7, 3, 0] and ranking["counts"][:3] == [3, 2, 0]   # prompts not counted
 
 
-@pytest.mark.skipif(kernels.requested() == "torch", reason="the cut lm_head is the native kernels' saving")
 @pytest.mark.parametrize("spec_type", ["draft-simple", "draft-mtp", "draft-eagle3"])
 def test_cut_vocabulary_is_lossless_and_drafts_only_kept_tokens(target, spec_type):
     plain = LLM(target["target"]).generate(PROMPTS, SamplingParams(temperature=0, max_tokens=20, ignore_eos=True))
@@ -80,7 +79,7 @@ def test_cut_vocabulary_is_lossless_and_drafts_only_kept_tokens(target, spec_typ
         assert outs == expected and drafts and set(drafts) <= kept_set(target)
 
 
-@pytest.mark.skipif(kernels.requested() == "torch", reason="the cut lm_head is the native kernels' saving")
+@pytest.mark.skipif(kernels.requested() == "torch", reason="SPECSERVE_KERNELS=torch: no one-call chain")
 @pytest.mark.parametrize("spec_type", ["draft-simple", "draft-mtp"])
 @pytest.mark.parametrize("temperature", [0.0, 0.9])
 def test_one_call_chain_drafts_what_the_step_loop_drafts(target, monkeypatch, spec_type, temperature):
@@ -125,5 +124,22 @@ def test_no_ranking_and_block_drafters_are_named(tmp_path, target):
     with pytest.raises(OptionError, match="no token_ranking.json in the draft or target folder"):
         LLM(bare, spec_type="draft-mtp", spec_draft_vocab=8)
     block = write_block_drafter(tmp_path / "dflash", target["target"])
-    with pytest.raises(OptionError, match="apply to draft-simple and draft-eagle3 and draft-mtp, not draft-dflash"):
+    with pytest.raises(OptionError, match="apply to draft-simple, draft-eagle3, draft-mtp, not draft-dflash"):
         LLM(target["target"], spec_type="draft-dflash", draft_model=block, spec_draft_vocab=8)
+
+
+def test_eagle3_cut_that_keeps_none_of_its_draft_vocabulary_is_named(tmp_path, target):
+    """EAGLE-3 keeps those of its own draft-vocabulary rows whose tokens are ranked in: with none, an error."""
+    from safetensors.torch import load_file
+    draft = write_eagle3(tmp_path / "e200", target["target"], "specforge", draft_vocab=200)
+    d2t = next(v for k, v in load_file(str(draft / "model.safetensors")).items() if k.endswith("d2t"))
+    own = set((np.arange(len(d2t)) + d2t.numpy()).tolist())
+    outside = [i for i in range(VOCAB) if i not in own]
+    ranking = {"format": "specserve-token-ranking", "vocab_size": VOCAB, "token_ids": outside + sorted(own)}
+    (tmp_path / "r.json").write_text(json.dumps(ranking))
+    options = {"spec_draft_token_ranking": str(tmp_path / "r.json")}
+    with pytest.raises(OptionError, match="none of the draft-eagle3 drafter's 200 draft-vocabulary tokens"):
+        LLM(target["target"], spec_type="draft-eagle3", draft_model=draft, spec_draft_vocab=len(outside), **options)
+    llm = LLM(target["target"], spec_type="draft-eagle3", draft_model=draft, spec_draft_vocab=len(outside) + 1,
+              **options)
+    assert len(llm.engine.driver.proposers[0].id_map) == 1

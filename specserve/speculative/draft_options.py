@@ -58,5 +58,5 @@ def draft_settings(values: dict) -> SimpleNamespace:
 def check_no_draft_vocab(settings: SimpleNamespace, spec_type: str) -> None:
     """A drafter whose lm_head cannot be cut refuses --spec-draft-vocab rather than ignore it."""
     if settings.vocab or settings.token_ranking:
-        raise OptionError(f"--spec-draft-vocab / --spec-draft-token-ranking apply to {' and '.join(DRAFT_VOCAB_TYPES)}, "
+        raise OptionError(f"--spec-draft-vocab / --spec-draft-token-ranking apply to {', '.join(DRAFT_VOCAB_TYPES)}, "
                           f"not {spec_type}")

@@ -19,6 +19,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from ..errors import OptionError
 from ..models.step_batch import StepBatch
 from ..models.tap_store import FINAL
 from .base import Draft, DraftRequest, Proposer, ProposerContext
@@ -61,6 +62,9 @@ class HiddenChainProposer(Proposer):
         if settings.vocab:
             row_ids = torch.arange(self.target_vocab) if row_ids is None else row_ids
             rows = cut_rows(row_ids, draft_vocab_ids(settings, ctx))
+            if not len(rows):
+                raise OptionError(f"--spec-draft-vocab {settings.vocab}: none of the {self.name} drafter's "
+                                  f"{len(row_ids)} draft-vocabulary tokens is among them")
             self.head.cut_lm_head(rows)
             row_ids = row_ids[rows]
         if row_ids is not None and not torch.equal(row_ids, torch.arange(self.target_vocab)):
