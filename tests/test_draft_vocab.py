@@ -66,6 +66,8 @@ def test_ranking_round_trip_and_cli(tmp_path, target):
     assert ranking_main(["--target", str(target["target"]), "--out", str(tmp_path / "r.json"), "--data", str(data)]) == 0
     ranking = json.loads((tmp_path / "r.json").read_text())
     assert ranking["token_ids"][:3] == [7, 3, 0] and ranking["counts"][:3] == [3, 2, 0]   # prompts not counted
+    missing = ["--target", str(target["target"]), "--out", str(tmp_path / "x.json"), "--data", str(tmp_path / "no.npz")]
+    assert ranking_main(missing) == 1 and not (tmp_path / "x.json").exists()
 
 
 @pytest.mark.parametrize("spec_type", ["draft-simple", "draft-mtp", "draft-eagle3"])

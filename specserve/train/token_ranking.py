@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -57,6 +58,7 @@ def write_ranking(path: Path, counts: np.ndarray, source: str) -> None:
 
 
 def main(argv=None) -> int:
+    from ..errors import SpecServeError
     from ..models.config import load_config
     from .regen_data import load_regen_dataset
 
@@ -67,15 +69,20 @@ def main(argv=None) -> int:
                                                    "(default: the training split of the bundled corpus)")
     args = parser.parse_args(argv)
     target = Path(args.target)
-    vocab = load_config(target).vocab_size
-    if args.data:
-        counts, source = regenerated_counts(load_regen_dataset(args.data), vocab), f"regenerated text of {args.data}"
-    else:
-        counts, source = corpus_counts(target / "tokenizer.json", vocab), "training split of the stdlib corpus"
-    write_ranking(Path(args.out), counts, source)
-    print(f"wrote {args.out}: {vocab} tokens ranked by {source}; "
-          f"top 1024 / 2048 cover {counts[ranked_ids(counts)[:1024]].sum() / max(counts.sum(), 1):.3f} / "
-          f"{counts[ranked_ids(counts)[:2048]].sum() / max(counts.sum(), 1):.3f} of {counts.sum()} tokens")
+    try:
+        vocab = load_config(target).vocab_size
+        if args.data:
+            counts, source = regenerated_counts(load_regen_dataset(args.data), vocab), f"regenerated text of {args.data}"
+        else:
+            counts, source = corpus_counts(target / "tokenizer.json", vocab), "training split of the stdlib corpus"
+        write_ranking(Path(args.out), counts, source)
+    except (SpecServeError, OSError, ValueError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    top = counts[ranked_ids(counts)]
+    cover = [top[:n].sum() / max(top.sum(), 1) for n in (1024, 2048)]
+    print(f"wrote {args.out}: {vocab} tokens ranked by {source}; the top 1024 / 2048 cover {cover[0]:.3f} / "
+          f"{cover[1]:.3f} of its {top.sum()} tokens")
     return 0
 
 
