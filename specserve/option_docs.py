@@ -90,9 +90,9 @@ def _declared_table(options: list[Option], with_keyword: bool) -> list[str]:
 
 # ---------------------------------------------------------------- declared options
 def _method_blocks() -> list[str]:
-    from .speculative.draft_options import DRAFT_OPTIONS, DRAFT_VOCAB_TYPES
+    from .speculative.draft_options import DRAFT_OPTIONS
     from .speculative.registry import available_types, proposer_class
-    vocab_options = ("spec_draft_vocab", "spec_draft_token_ranking")
+    draft_flags = ", ".join(_code(o.flags[0]) for o in DRAFT_OPTIONS)
     lines = []
     for name in available_types():
         if name == "none":
@@ -100,11 +100,8 @@ def _method_blocks() -> list[str]:
         cls = proposer_class(name)
         lines += ["", f"### {name}", ""]
         if cls.model_drafter:
-            # the lm_head cut (--spec-draft-vocab) is for the chain drafters only
-            reads = [o for o in DRAFT_OPTIONS if name in DRAFT_VOCAB_TYPES or o.dest not in vocab_options]
             lines.append(f"A model drafter: it reads {_code('-md')} and the draft options of "
-                         f"[speculative decoding](#speculative-decoding) "
-                         f"({', '.join(_code(o.flags[0]) for o in reads)}).")
+                         f"[speculative decoding](#speculative-decoding) ({draft_flags}).")
             lines.append("")
         if cls.options:
             lines += _declared_table(cls.options, with_keyword=True)

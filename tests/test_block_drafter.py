@@ -151,12 +151,13 @@ def test_serving_confidence_equals_the_head(tmp_path, target_dir, target):
 
 
 @pytest.mark.skipif(kernels.requested() == "torch", reason="SPECSERVE_KERNELS=torch")
-@pytest.mark.parametrize("layout,rope", [(ANCHOR_FIRST, None), (BONUS_ANCHOR, None),
-                                         (ANCHOR_FIRST, {"rope_type": "dynamic", "factor": 2.0})])
-def test_native_draft_call_equals_the_pytorch_pipeline(tmp_path, target_dir, layout, rope):
+@pytest.mark.parametrize("layout,rope,cut", [(ANCHOR_FIRST, None, False), (BONUS_ANCHOR, None, False),
+                                             (ANCHOR_FIRST, {"rope_type": "dynamic", "factor": 2.0}, False),
+                                             (ANCHOR_FIRST, None, True)])
+def test_native_draft_call_equals_the_pytorch_pipeline(tmp_path, target_dir, layout, rope, cut):
     """One native call (layers, lm_head, Markov chain, confidence head) gives the drafts, logits, rows and
     confidences of the PyTorch pipeline forward_cached -> lm_head -> run_block_chain -> confidence, greedy and
-    sampled, for slots with context."""
+    sampled, for slots with context; also with the lm_head cut to some tokens (--spec-draft-vocab)."""
     d = write_block_drafter(tmp_path / "d", target_dir, "specserve", block_size=6, layout=layout, **DSPARK)
     if rope:                    # RoPE tables that depend on the length: the call is given its rows
         _edit_config(d, rope_scaling=rope, max_position_embeddings=16)
@@ -167,6 +168,9 @@ def test_native_draft_call_equals_the_pytorch_pipeline(tmp_path, target_dir, lay
     try:
         reference = load_block_drafter(d, CausalLM.from_pretrained(target_dir))
         reference.load_state_dict(native.state_dict())
+        kept = torch.randperm(native.cfg.vocab_size, generator=torch.Generator().manual_seed(1))[:150].sort().values
+        for drafter in (native, reference) if cut else ():
+            drafter.cut_vocab(kept)
         ref_cache = reference.new_cache(3, 64)
     finally:
         kernels.configure(kernels="auto")
@@ -191,10 +195,12 @@ def test_native_draft_call_equals_the_pytorch_pipeline(tmp_path, target_dir, lay
             ref_rows = reference.draft_rows(reference.forward_cached(ref_cache, feats, ctx_slots, ctx_pos, slots, pos0,
                                                                      block))
             chain = run_block_chain(reference.logits(ref_rows), anchors, reference.markov_head if markov else None,
-                                    temps, noise)
+                                    temps, noise, reference.vocab_ids)
             torch.testing.assert_close(rows, ref_rows.float(), atol=2e-4, rtol=1e-4)
             torch.testing.assert_close(logits, chain.logits, atol=2e-3, rtol=1e-4)
             assert torch.equal(tokens, chain.tokens)
+            assert logits.shape[-1] == (len(kept) if cut else native.cfg.vocab_size)
+            assert not cut or set(tokens.flatten().tolist()) <= set(kept.tolist())
             if noise is not None:           # the distributions drawn from, which the verifier receives
                 torch.testing.assert_close(q, chain.q, atol=1e-6, rtol=1e-4)
             assert (native.rope.rope_type == "dynamic") == bool(rope)
@@ -204,14 +210,18 @@ def test_native_draft_call_equals_the_pytorch_pipeline(tmp_path, target_dir, lay
                 assert confidence is None
 
 
-def test_markov_table_gives_the_bits_of_the_worked_out_bias(tmp_path, target_dir, monkeypatch):
+@pytest.mark.parametrize("cut", [False, True])
+def test_markov_table_gives_the_bits_of_the_worked_out_bias(tmp_path, target_dir, monkeypatch, cut):
     """The native chain reads each token's Markov bias from a table when the vocabulary is small enough; the
-    drafts, logits and q are bit for bit those of the bias worked out in the call, for any number of slots."""
+    drafts, logits and q are bit for bit those of the bias worked out in the call, for any number of slots,
+    also with the lm_head (and so the table's columns) cut to some tokens."""
     d = write_block_drafter(tmp_path / "d", target_dir, "specserve", block_size=6, **DSPARK)
     outputs = []
     for limit in (block_drafter_module.MARKOV_TABLE_MAX_VOCAB, 0):
         monkeypatch.setattr(block_drafter_module, "MARKOV_TABLE_MAX_VOCAB", limit)
         drafter = load_block_drafter(d, CausalLM.from_pretrained(target_dir))
+        if cut:
+            drafter.cut_vocab(torch.arange(0, drafter.cfg.vocab_size, 3))
         cache = drafter.new_cache(5, 64)
         assert drafter.native is not None
         assert (drafter.native_call().markov_weights[2] is None) == (limit == 0)

@@ -1,6 +1,7 @@
-"""--spec-draft-vocab: the chain drafters draft only among a ranking's most frequent tokens (their lm_head
+"""--spec-draft-vocab: the model drafters draft only among a ranking's most frequent tokens (their lm_head
 cut to those rows). Greedy output stays the target's, every draft and every sampled q lives on the kept
-tokens, the one-call native chain drafts what the step loop drafts, and a bad ranking or option is named."""
+tokens, the one-call native chain drafts what the step loop drafts, and a bad ranking or option is named.
+(The block drafters' native call against their PyTorch pipeline with a cut: tests/test_block_drafter.py.)"""
 import json
 
 import numpy as np
@@ -32,7 +33,8 @@ def target(tmp_path_factory):
     add_mtp(t, "deepseek", std=0.3)
     write_ranking(t / "token_ranking.json", COUNTS, "test counts")      # found in the target folder
     return {"target": t, "draft-mtp": None, "draft-eagle3": write_eagle3(root / "e", t, "specforge"),
-            "draft-simple": simple}
+            "draft-simple": simple, "draft-dflash": write_block_drafter(root / "df", t),
+            "draft-dspark": write_block_drafter(root / "ds", t, markov_rank=8, confidence=True)}
 
 
 def kept_set(target) -> set:
@@ -70,7 +72,7 @@ def test_ranking_round_trip_and_cli(tmp_path, target):
     assert ranking_main(missing) == 1 and not (tmp_path / "x.json").exists()
 
 
-@pytest.mark.parametrize("spec_type", ["draft-simple", "draft-mtp", "draft-eagle3"])
+@pytest.mark.parametrize("spec_type", ["draft-simple", "draft-mtp", "draft-eagle3", "draft-dflash", "draft-dspark"])
 def test_cut_vocabulary_is_lossless_and_drafts_only_kept_tokens(target, spec_type):
     plain = LLM(target["target"]).generate(PROMPTS, SamplingParams(temperature=0, max_tokens=20, ignore_eos=True))
     expected = [o.token_ids for o in plain]
@@ -79,6 +81,13 @@ def test_cut_vocabulary_is_lossless_and_drafts_only_kept_tokens(target, spec_typ
     for n_parallel in (1, 3):
         outs, drafts, _ = run(target, spec_type, n_parallel, spec_draft_vocab=KEPT)
         assert outs == expected and drafts and set(drafts) <= kept_set(target)
+
+
+@pytest.mark.parametrize("spec_type", ["draft-mtp", "draft-dspark"])
+def test_sampled_q_lives_on_the_kept_tokens(target, spec_type):
+    """At T > 0 a sampled draft's q is a distribution over the kept tokens only, in target ids."""
+    _, drafts, support = run(target, spec_type, 2, 0.9, spec_draft_vocab=KEPT)
+    assert support and set(support) <= kept_set(target) and set(drafts) <= kept_set(target)
 
 
 @pytest.mark.skipif(kernels.requested() == "torch", reason="SPECSERVE_KERNELS=torch: no one-call chain")
@@ -120,14 +129,11 @@ def test_bad_rankings_and_options_are_named(tmp_path, target, monkeypatch, optio
         LLM(target["target"], spec_type="draft-mtp", **options)
 
 
-def test_no_ranking_and_block_drafters_are_named(tmp_path, target):
+def test_a_missing_ranking_is_named(tmp_path):
     bare = write_model(tmp_path / "bare", "qwen3", seed=1, std=0.25, tokenizer=False)
     add_mtp(bare, "deepseek", std=0.3)
     with pytest.raises(OptionError, match="no token_ranking.json in the draft or target folder"):
         LLM(bare, spec_type="draft-mtp", spec_draft_vocab=8)
-    block = write_block_drafter(tmp_path / "dflash", target["target"])
-    with pytest.raises(OptionError, match="apply to draft-simple, draft-eagle3, draft-mtp, not draft-dflash"):
-        LLM(target["target"], spec_type="draft-dflash", draft_model=block, spec_draft_vocab=8)
 
 
 def test_eagle3_cut_that_keeps_none_of_its_draft_vocabulary_is_named(tmp_path, target):

@@ -52,7 +52,7 @@ class BlockDraft(ctypes.Structure):
                 ("tokens", c_void_p), ("w2t", c_void_p), ("w1", c_void_p), ("rank", c_int64),
                 ("markov_table", c_void_p), ("anchors", c_void_p), ("temperature", c_void_p), ("uniforms", c_void_p),
                 ("q", c_void_p), ("conf_w", c_void_p), ("conf_per_token", c_void_p), ("conf_bias", c_float),
-                ("confidence", c_void_p)]
+                ("confidence", c_void_p), ("id_map", c_void_p)]
 
 
 class ChainPick(ctypes.Structure):

@@ -133,6 +133,8 @@ class BlockDrafter(nn.Module):
         self.quant: str | None = None
         self.target_ref: tuple = ()                           # (target,): the native draft call uses its packed lm_head
         self._call: NativeBlockCall | None = None             # built at the first native call after new_cache
+        self.vocab_ids: torch.Tensor | None = None            # --spec-draft-vocab: the target id of each lm_head row
+        self._cut_head: torch.Tensor | None = None            # ... and those rows of the target's lm_head
 
     # ------------------------------------------------------------------ loading
     @classmethod
@@ -184,11 +186,18 @@ class BlockDrafter(nn.Module):
         return self._rope(int(positions.max()) + 1).gather(positions, seq_len=int(positions.max()) + 1)
 
     # ------------------------------------------------------------------ shared pieces
+    def cut_vocab(self, kept: torch.Tensor) -> None:
+        """Draft among these target ids only (--spec-draft-vocab; before new_cache packs the lm_head): the
+        logits, the Markov bias and q then have one column per kept token, and drafts are mapped back."""
+        self.vocab_ids = kept.to(torch.int64).contiguous()
+        self._cut_head = self.shared.lm_head[self.vocab_ids].contiguous()
+
     def logits(self, hidden_normed: torch.Tensor) -> torch.Tensor:
-        """Target lm_head over draft rows, float32 [..., V]."""
+        """Target lm_head over draft rows (its vocab_ids rows when cut), float32 [..., V or kept]."""
+        head = self.shared.lm_head if self._cut_head is None else self._cut_head
         shape = hidden_normed.shape
         flat = hidden_normed.reshape(-1, shape[-1])
-        return linear(flat.to(self.shared.lm_head.dtype), self.shared.lm_head).float().view(*shape[:-1], -1)
+        return linear(flat.to(head.dtype), head).float().view(*shape[:-1], -1)
 
     def draft_rows(self, hidden: torch.Tensor) -> torch.Tensor:
         """[..., nb, H] block outputs -> the rows that predict drafts 1..n (the layout decides)."""
@@ -241,7 +250,8 @@ class BlockDrafter(nn.Module):
             self.native = NativeLayers(self.layers, cfg, self.quant)
             # --quant-draft: the draft rows also go through a quantized copy of the target's lm_head (its
             # bytes are a large part of a draft call's); the target's own when it is quantized the same way
-            head = target.native.head if self.quant in (None, target.quant) else \
+            head = PackedLinear(self._cut_head, None, self.quant) if self._cut_head is not None else \
+                target.native.head if self.quant in (None, target.quant) else \
                 PackedLinear(self.shared.lm_head, None, self.quant)
             self.native.set_io(self.shared.embed, self.norm.weight, head)
             self.packed_fc = PackedLinear(self.fc.weight, None, self.quant)

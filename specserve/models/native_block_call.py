@@ -88,6 +88,12 @@ class NativeBlockCall:
         self.struct = capi.BlockDraft(fc=drafter.packed_fc.struct, hidden_norm=self.norm.data_ptr())
         markov, confidence = drafter.markov_head, drafter.confidence_head
         self.markov_weights = None if markov is None else markov.native_weights()
+        ids = drafter.vocab_ids
+        if ids is not None:         # an lm_head cut to some tokens: the Markov bias's columns for those
+            self.struct.id_map = ids.data_ptr()
+            if self.markov_weights is not None:
+                w1, w2t, table = self.markov_weights
+                self.markov_weights = (w1, w2t[:, ids].contiguous(), None if table is None else table[:, ids].contiguous())
         self.markov_ptrs = NativeChain.markov_ptrs(self.markov_weights)
         self.confidence_weights = None if confidence is None else drafter.confidence_weights()
         self.vocab = drafter.native.model.vocab

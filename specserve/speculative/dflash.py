@@ -28,7 +28,8 @@ from ..models.block_drafter_format import LAYOUTS
 from ..option import Option, read_options
 from .base import Draft, DraftRequest, Proposer, ProposerContext
 from .confidence_schedule import confident_prefix_lengths
-from .draft_options import check_no_draft_vocab, draft_settings
+from .draft_options import draft_settings
+from .draft_vocab import draft_vocab_ids
 from .markov_chain import BlockChain, draft_uniforms, run_block_chain
 
 log = logging.getLogger("specserve.speculative")
@@ -63,8 +64,9 @@ class DFlash(Proposer):
         if layout not in ("auto",) + LAYOUTS:
             raise OptionError(f"--spec-dflash-layout must be auto, {' or '.join(LAYOUTS)}, got {layout!r}")
         self.settings = draft_settings(ctx.options)
-        check_no_draft_vocab(self.settings, self.name)       # the block call's lm_head is the target's, whole
         self.drafter = load_block_drafter(ctx.draft_model_dir, ctx.target, layout, ctx.tokenizer)
+        if self.settings.vocab:
+            self.drafter.cut_vocab(draft_vocab_ids(self.settings, ctx))
         config = self.drafter.config
         if self.uses_markov and not config.markov_rank:
             raise OptionError(f"{ctx.draft_model_dir} has no Markov head (a DFlash draft): use --spec-type "
@@ -144,9 +146,22 @@ class DFlash(Proposer):
             n = n_draft if lengths is None else int(lengths[i])
             if n == 0 or n < self.n_min:
                 continue
-            q = chain.q[i, :n] if sampling[i] else None
+            q = self._target_q(chain.q[i, :n]) if sampling[i] else None
             out[req.slot] = Draft(tokens[i][:n], q, None if confidence is None else confidence[i][:n])
         return out
+
+    def _target_q(self, q):
+        """A draft's q over the target's vocabulary: as drawn, or scattered from the kept tokens' columns when
+        the lm_head was cut (--spec-draft-vocab; the other tokens have probability 0)."""
+        ids = self.drafter.vocab_ids
+        if ids is None:
+            return q
+        if isinstance(q, np.ndarray):
+            full = np.zeros((q.shape[0], self.ctx.target.config.vocab_size), dtype=q.dtype)
+            full[:, ids.numpy()] = q
+            return full
+        return torch.zeros(q.shape[0], self.ctx.target.config.vocab_size, dtype=q.dtype,
+                           device=q.device).index_copy_(1, ids.to(q.device), q)
 
     def _run_block(self, reqs: list[DraftRequest], chunks, sampling: list[bool], n_draft: int):
         """One draft forward of n_draft drafts for every slot: (the block's final-normed rows [S, nb, H],
@@ -173,7 +188,7 @@ class DFlash(Proposer):
             uniforms = draft_uniforms([r.generator for r in reqs], sampling, n_draft)
         markov = drafter.markov_head if self.uses_markov else None
         return hidden, run_block_chain(drafter.logits(drafter.draft_rows(hidden)[:, :n_draft]), anchors, markov,
-                                       temps, uniforms)
+                                       temps, uniforms, drafter.vocab_ids)
 
     def _run_native(self, reqs: list[DraftRequest], chunks, sampling: list[bool], n_draft: int):
         """_run_block on the native kernels: the inputs written into the call's buffers for this shape (each

@@ -23,15 +23,12 @@ DRAFT_OPTIONS = [
            "weight quantization of the draft model or head: none, int8 or q8 (as --quant; native kernels only); "
            "drafts are verified by the target, so output does not change"),
     Option(("--spec-draft-vocab",), "spec_draft_vocab", int, 0,
-           "draft-simple/eagle3/mtp: draft only among the target's N most frequent tokens, the drafter's lm_head "
-           "cut to them (cheaper draft steps; output unchanged; 0: every token)"),
+           "draft-* types: draft only among the target's N most frequent tokens, the drafter's lm_head cut to "
+           "them (cheaper draft steps; output unchanged; 0: every token)"),
     Option(("--spec-draft-token-ranking",), "spec_draft_token_ranking", str, "",
            "the token ranking --spec-draft-vocab takes its tokens from (default: token_ranking.json in the draft "
            "folder, else in the target folder)"),
 ]
-
-# the drafters that can cut their lm_head to --spec-draft-vocab tokens
-DRAFT_VOCAB_TYPES = ("draft-simple", "draft-eagle3", "draft-mtp")
 
 
 def draft_settings(values: dict) -> SimpleNamespace:
@@ -54,9 +51,3 @@ def draft_settings(values: dict) -> SimpleNamespace:
         raise OptionError("--spec-draft-token-ranking needs --spec-draft-vocab N (how many of its tokens to keep)")
     return s
 
-
-def check_no_draft_vocab(settings: SimpleNamespace, spec_type: str) -> None:
-    """A drafter whose lm_head cannot be cut refuses --spec-draft-vocab rather than ignore it."""
-    if settings.vocab or settings.token_ranking:
-        raise OptionError(f"--spec-draft-vocab / --spec-draft-token-ranking apply to {', '.join(DRAFT_VOCAB_TYPES)}, "
-                          f"not {spec_type}")

@@ -58,9 +58,13 @@ def draft_uniforms(generators: list[torch.Generator | None], sampling: list[bool
 
 
 def run_block_chain(base_logits: torch.Tensor, anchors: torch.Tensor, markov_head=None,
-                    temperatures: torch.Tensor | None = None, uniforms: np.ndarray | None = None) -> BlockChain:
-    """base_logits [S, n, V] float32; anchors [S]; temperatures [S] (<= 0: greedy); uniforms from draft_uniforms."""
+                    temperatures: torch.Tensor | None = None, uniforms: np.ndarray | None = None,
+                    id_map: torch.Tensor | None = None) -> BlockChain:
+    """base_logits [S, n, V] float32; anchors [S]; temperatures [S] (<= 0: greedy); uniforms from draft_uniforms;
+    id_map [V] the token id of each logit column when the lm_head was cut to some tokens (tokens are token ids,
+    logits and q keep the cut's columns)."""
     n_slots, n, vocab = base_logits.shape
+    id_map = None if id_map is None else id_map.to(base_logits.device)
     sampled = [] if uniforms is None else [s for s in range(n_slots) if float(temperatures[s]) > 0]
     q = torch.zeros(n_slots, n, vocab, device=base_logits.device) if sampled else None
 
@@ -69,13 +73,15 @@ def run_block_chain(base_logits: torch.Tensor, anchors: torch.Tensor, markov_hea
         for s in sampled:
             q[s, k] = torch.softmax(logits_k[s] / float(temperatures[s]), dim=-1)
             tokens[s] = draw_with_uniform(q[s, k], float(uniforms[s, k]))
-        return tokens
+        return tokens if id_map is None else id_map[tokens]
 
     if markov_head is None:         # DFlash: positions are independent
         logits = base_logits.float()
         tokens = torch.stack([pick(logits[:, k], k) for k in range(n)], dim=1)
         return BlockChain(tokens, base_logits, anchors, q)
     w1, w2t = markov_head.serving_weights()
+    if id_map is not None:
+        w2t = w2t[:, id_map]
     tokens = torch.empty(n, n_slots, dtype=torch.int64, device=base_logits.device)
     logits = torch.empty(n, n_slots, vocab, dtype=torch.float32, device=base_logits.device)
     base_by_pos = base_logits.float().transpose(0, 1)

@@ -107,13 +107,15 @@ void pick_drafts(const ss_block_draft& d, int64_t vocab, const float* rows, int6
         }
         for (int64_t s = 0; s < n_slots; s++) {
             float* lk = slot_logits[s];
+            int64_t pick;
             if (d.uniforms && d.temperature && d.temperature[s] > 0.0f) {
                 float* qk = d.q + s * row + k * vocab;
                 dense_softmax(lk, vocab, d.temperature[s], qk);
-                prev[s] = draw_row(qk, vocab, d.uniforms[s * d.n_draft + k]);
+                pick = draw_row(qk, vocab, d.uniforms[s * d.n_draft + k]);
             } else {
-                prev[s] = argmax(lk, vocab);
+                pick = argmax(lk, vocab);
             }
+            prev[s] = d.id_map ? d.id_map[pick] : pick;
             d.tokens[s * d.n_draft + k] = prev[s];
         }
     }

@@ -168,6 +168,10 @@ struct ss_block_draft {
     const float* conf_per_token;  // [vocab] or null
     float conf_bias;
     float* confidence;            // [n_slots, n_draft]
+    // null, or [vocab]: the token id of each lm_head row (an lm_head cut to some tokens, --spec-draft-vocab;
+    // logits, q, w2t and the table's rows then have its vocab columns, while tokens, anchors, W1's rows, the
+    // table's row index and conf_per_token stay token ids)
+    const int64_t* id_map;
 };
 int32_t ss_block_draft_forward(const ss_model* m, const ss_block_draft* d);
 // table [vocab, vocab]: row t = W2 W1[t], the Markov bias after token t, with the bits the draft call's own
