@@ -1,8 +1,9 @@
-"""`--spec-draft-vocab N`: a chain drafter drafts only among the target's N most frequent tokens.
+"""`--spec-draft-vocab N`: a model drafter drafts only among the target's N most frequent tokens.
 
-Its lm_head is cut to those rows (FR-Spec, Zhao et al. 2025, arXiv:2502.14856), so each chained step
-multiplies by N rows instead of the whole vocabulary. Drafts stay target ids (mapped back like EAGLE-3's
-d2t) and the target verifies every draft, so the output does not change: a rare token is just never
+Its lm_head is cut to those rows (FR-Spec, Zhao et al. 2025, arXiv:2502.14856), so each draft step
+multiplies by N rows instead of the whole vocabulary (DSpark's Markov bias is cut to the same columns).
+Drafts stay target ids (mapped back like EAGLE-3's d2t) and the target verifies every draft, so the
+output does not change: a rare token is just never
 drafted, and at T > 0 a sampled draft's q is a distribution over the kept tokens, which rejection
 sampling accepts losslessly. The ranking is a `token_ranking.json` (written by
 `python -m specserve.train.token_ranking`): `--spec-draft-token-ranking FILE`, else the one in the
