@@ -1,5 +1,5 @@
-"""--spec-draft-n-max-sampled: requests sampled at T > 0 draft at most that many tokens and greedy ones
---spec-draft-n-max, for a chain drafter and a block drafter, alone and in a mixed batch; a greedy
+"""--spec-draft-n-max-sampled: requests sampled at T > 0 draft at most that many tokens (none at 0) and greedy
+ones --spec-draft-n-max, for a chain drafter and a block drafter, alone and in a mixed batch; a greedy
 request's drafts do not change with sampled requests beside it, and greedy output stays the target's."""
 import pytest
 
@@ -20,10 +20,10 @@ def drafters(tiny_qwen3, tmp_path_factory):
                                                 markov_rank=16, confidence=True)}
 
 
-def run(target, spec_type, draft, prompts, temperatures):
+def run(target, spec_type, draft, prompts, temperatures, n_sampled=N_SAMPLED):
     """Outputs and, per request (by its prompt), (temperature, draft tokens) of every draft it got."""
     llm = LLM(target, spec_type=spec_type, draft_model=draft, n_parallel=len(prompts), spec_draft_n_max=N_MAX,
-              spec_draft_n_max_sampled=N_SAMPLED)
+              spec_draft_n_max_sampled=n_sampled)
     drafts: dict[tuple, list] = {tuple(p): [] for p in prompts}
     propose = llm.engine.driver.draft
 
@@ -57,8 +57,21 @@ def test_sampled_requests_draft_shorter(tiny_qwen3, drafters, spec_type):
     assert all(alone[tuple(p)] == mixed[tuple(p)] for p in greedy_only)
 
 
+@pytest.mark.parametrize("spec_type", ["draft-simple", "draft-dspark"])
+def test_zero_leaves_sampled_requests_undrafted(tiny_qwen3, drafters, spec_type):
+    """0: sampled requests decode as without speculation (same seeds, same tokens); greedy ones still draft."""
+    prompts = [list(p) for p in PROMPTS[:4]]
+    temperatures = [0.0, 0.9, 0.0, 0.9]
+    plain = LLM(tiny_qwen3, n_parallel=4).generate(
+        prompts, [SamplingParams(temperature=t, max_tokens=24, ignore_eos=True, seed=i) for i, t in enumerate(temperatures)])
+    outs, drafts = run(tiny_qwen3, spec_type, drafters[spec_type], prompts, temperatures, n_sampled=0)
+    assert outs == [o.token_ids for o in plain]
+    assert all(temp == 0.0 for key in drafts for temp, _ in drafts[key])
+    assert drafts[tuple(prompts[0])] and drafts[tuple(prompts[2])]
+
+
 def test_n_max_sampled_is_checked(tiny_qwen3, drafters):
-    for bad in (-1, N_MAX + 1):
-        with pytest.raises(OptionError, match="--spec-draft-n-max-sampled must be between 1 and"):
+    for bad in (-2, N_MAX + 1):
+        with pytest.raises(OptionError, match="--spec-draft-n-max-sampled must be between 0"):
             LLM(tiny_qwen3, spec_type="draft-simple", draft_model=drafters["draft-simple"], spec_draft_n_max=N_MAX,
                 spec_draft_n_max_sampled=bad)

@@ -22,11 +22,11 @@ STDLIB_CODER_DRAFTERS = {
 AMX_N_MAX = {"draft-simple": (6, 2), "draft-eagle3": (8, 2), "draft-mtp": (10, 3), "draft-dflash": (6, 2),
              "draft-dspark": (8, 3)}
 # on a CPU without AVX-512 (AVX2 kernels) the second verified row costs about a quarter of a one-row
-# forward and each further one half, and sampled requests, whose drafts are rarely accepted past the
-# first, draft one token
-# (T=1, 1 slot, q8 drafts, after the AVX2 weight prefetch: MTP with sampled drafts 0.73x at 1 draft,
-# 0.59x at 2 and 0.66x at 3 in one interleaved run; docs/results/method_table_avx2.md)
-NO_AVX512_N_MAX_SAMPLED = 1
+# forward and each further one half, and no drafter pays for sampled requests, whose drafts are rarely
+# accepted: they are not drafted for (T=1, 1 slot, q8 drafts, interleaved: MTP 0.67-0.71x drafting one
+# token, 0.59x at 2, 0.66x at 3; DSpark 0.60x at 1; not drafting 0.90-1.01x and 0.95-1.04x, EAGLE-3
+# 1.00-1.04x, in two runs; docs/model-drafters.md)
+NO_AVX512_N_MAX_SAMPLED = 0
 # there a chain's draft step is one layer plus the lm_head over the whole vocabulary, the larger part:
 # MTP drafts among the 2048 most frequent tokens (--spec-draft-vocab, ranked in the target folder's
 # token_ranking.json): T=0, 1 slot, four interleaved runs, 0.95-1.11x -> 1.02-1.20x over no speculation

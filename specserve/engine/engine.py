@@ -199,8 +199,10 @@ class Engine:
         self.verdicts_wanted = not self.driver.skips_drafting(len(generating))
         if not self.verdicts_wanted:
             return {}
-        requests = []
+        requests, sampled_drafts = [], self.driver.caps[1] > 0
         for r in generating:
+            if r.params.temperature > 0 and not sampled_drafts:     # --spec-draft-n-max-sampled 0
+                continue
             n_max = self.ctx_size - r.n_cached - 2
             if r.params.max_tokens is not None:
                 n_max = min(n_max, r.params.max_tokens - len(r.output_ids) - 1)

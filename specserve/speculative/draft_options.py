@@ -10,9 +10,9 @@ from ..option import Option, read_options
 
 DRAFT_OPTIONS = [
     Option(("--spec-draft-n-max",), "spec_draft_n_max", int, 3, "most tokens to draft per step (draft-* types)"),
-    Option(("--spec-draft-n-max-sampled",), "spec_draft_n_max_sampled", int, 0,
+    Option(("--spec-draft-n-max-sampled",), "spec_draft_n_max_sampled", int, -1,
            "most tokens to draft per step for requests sampled at temperature > 0, whose drafts are accepted "
-           "less often (draft-* types; 0: --spec-draft-n-max)"),
+           "less often (draft-* types; -1: --spec-draft-n-max; 0: sampled requests are not drafted for)"),
     Option(("--spec-draft-n-min",), "spec_draft_n_min", int, 0, "discard drafts shorter than this (draft-* types)"),
     Option(("--spec-draft-p-min", "--draft-p-min"), "spec_draft_p_min", float, 0.0,
            "stop drafting below this probability / predicted acceptance (draft-* types)"),
@@ -36,10 +36,11 @@ def draft_settings(values: dict) -> SimpleNamespace:
     s = read_options(DRAFT_OPTIONS, values, prefix="spec_draft_")
     if s.n_max < 1:
         raise OptionError(f"--spec-draft-n-max must be >= 1, got {s.n_max}")
-    if not 0 <= s.n_max_sampled <= s.n_max:
-        raise OptionError(f"--spec-draft-n-max-sampled must be between 1 and --spec-draft-n-max ({s.n_max}), "
-                          f"or 0 for the same, got {s.n_max_sampled}")
-    s.n_max_sampled = s.n_max_sampled or s.n_max
+    if not -1 <= s.n_max_sampled <= s.n_max:
+        raise OptionError(f"--spec-draft-n-max-sampled must be between 0 (no drafts for sampled requests) and "
+                          f"--spec-draft-n-max ({s.n_max}), or -1 for the same, got {s.n_max_sampled}")
+    if s.n_max_sampled < 0:
+        s.n_max_sampled = s.n_max
     if s.n_min < 0:
         raise OptionError(f"--spec-draft-n-min must be >= 0, got {s.n_min}")
     if not 0.0 <= s.p_min <= 1.0:

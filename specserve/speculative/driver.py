@@ -43,6 +43,8 @@ class SpecDriver:
         # not a request's remaining budget, which the drafts are truncated to: weighing lengths down to it at the
         # end of requests left a 4-slot engine drafting DFlash at T=0 at 1.17x where it paid 1.30x)
         self.caps = (self.max_draft(), max((p.max_draft_sampled() for p in proposers), default=0))
+        # which proposers draft for sampled requests (--spec-draft-n-max-sampled 0: a model drafter does not)
+        self.drafts_sampled = [p.max_draft_sampled() > 0 for p in proposers]
 
     @property
     def enabled(self) -> bool:
@@ -97,12 +99,15 @@ class SpecDriver:
         won: dict[int, tuple[Proposer, Draft]] = {}
         pending = list(requests)
         t_start = time.perf_counter()
-        for p in self.proposers:
+        for p, sampled_ok in zip(self.proposers, self.drafts_sampled):
             if not pending:
                 break
+            offered = pending if sampled_ok else [r for r in pending if r.temperature <= 0]
+            if not offered:
+                continue
             c = self.counters[p.name]
             t0 = time.perf_counter()
-            drafts = p.draft(pending)
+            drafts = p.draft(offered)
             c.t_draft_us += (time.perf_counter() - t0) * 1e6
             c.n_call_draft += 1
             still = []
