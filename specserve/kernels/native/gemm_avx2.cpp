@@ -92,18 +92,6 @@ struct LoadI8 {       // int8 to float exactly; the per-column scale is applied 
     }
 };
 
-// A model's weights outgrow L2, and a tile's loads of them stalled its FMAs (half its samples sat on
-// one load; a forward of 1-4 rows took 1.6-2.1x as long without this): each step of a tile prefetches
-// the next tile's blocks (block0 + C ..., the bytes that follow its own) at the rate it reads its own,
-// so they are in L1 by the time it starts. The last tile's addresses lie past the weights: computed as
-// integers, and a prefetch never faults.
-template <int C>
-inline void prefetch_next_tile(const uint8_t* wp, int64_t bb, int64_t step, int64_t step_bytes) {
-    const uintptr_t next = reinterpret_cast<uintptr_t>(wp) + C * bb + step * C * step_bytes;
-    for (int64_t at = 0; at < C * step_bytes; at += 64)
-        _mm_prefetch(reinterpret_cast<const char*>(next + at), _MM_HINT_T0);
-}
-
 #define SS_ZERO_ACC()                                                   \
     __m256 acc[MR2][NR2][2];                                            \
     _Pragma("GCC unroll 4") for (int r = 0; r < R; r++)                 \
@@ -116,7 +104,7 @@ void tile_fma(const void* xp, int64_t ldx, const uint8_t* wp, int64_t bb, int64_
     const float* x = static_cast<const float*>(xp) + r0 * ldx;
     SS_ZERO_ACC()
     for (int64_t kk = 0; kk < k; kk++) {
-        prefetch_next_tile<C>(wp, bb, kk, NB * Load::kBytes);
+        prefetch_next_tile<C, 3>(wp, bb, kk, NB * Load::kBytes);
         __m256 xv[MR2];
 #pragma GCC unroll 4
         for (int r = 0; r < R; r++) xv[r] = _mm256_broadcast_ss(x + r * ldx + kk);
@@ -159,7 +147,7 @@ void tile_bf16(const void* xp, int64_t ldx, const uint8_t* wp, int64_t bb, int64
         for (int c = 0; c < C; c++) sum[r][c][0] = sum[r][c][1] = _mm256_setzero_ps();
     int64_t kk = 0;
     for (; kk + 1 < k; kk += 2) {
-        prefetch_next_tile<C>(wp, bb, kk / 2, 2 * NB * 2);
+        prefetch_next_tile<C, 3>(wp, bb, kk / 2, 2 * NB * 2);
         if constexpr (C == 1) {           // widen the block once, then row by row
             __m256 even[2], odd[2];
 #pragma GCC unroll 2
@@ -227,7 +215,7 @@ void tile_q8(const void* xp, int64_t ldx, const uint8_t* wp, int64_t bb, int64_t
 #pragma GCC unroll 4
         for (int c = 0; c < C; c++) sums[r][c][0] = sums[r][c][1] = _mm256_setzero_si256();
     for (int64_t kk = 0; kk < k4; kk++) {
-        prefetch_next_tile<C>(wp, bb, kk, 4 * NB);
+        prefetch_next_tile<C, 3>(wp, bb, kk, 4 * NB);
         __m256i xs[MR2], xa[MR2];
 #pragma GCC unroll 4
         for (int r = 0; r < R; r++) {
