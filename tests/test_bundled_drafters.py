@@ -7,7 +7,7 @@ import pytest
 
 from specserve import LLM, SamplingParams
 from specserve import kernels
-from specserve.bundled import (AMX_N_MAX, NO_AVX512_DRAFT_VOCAB, NO_AVX512_N_MAX_SAMPLED, NO_INT8_DOT_QUANT,
+from specserve.bundled import (AMX_N_MAX, NO_AMX_DRAFT_VOCAB, NO_AMX_N_MAX_SAMPLED, NO_INT8_DOT_QUANT,
                                STDLIB_CODER, STDLIB_CODER_DRAFTERS, served_options, shipped_drafters)
 from specserve.commands.demo import default_spec_types
 from specserve.llm import BUNDLED_MODEL
@@ -51,8 +51,8 @@ def test_bundled_drafter_is_accepted_and_lossless(baseline, spec_type, quant):
     amx = kernels.mode() == "native" and kernels.has_amx()
     n_max, n_sampled = AMX_N_MAX[spec_type] if amx else (n_max, n_max)    # with AMX rows cost little at T=0
     vocab = 0
-    if kernels.mode() == "native" and not kernels.has_avx512():      # without AVX-512 every row costs
-        n_sampled, vocab = NO_AVX512_N_MAX_SAMPLED, NO_AVX512_DRAFT_VOCAB.get(spec_type, 0)
+    if kernels.mode() == "native" and not amx:      # without AMX every verified row costs
+        n_sampled, vocab = NO_AMX_N_MAX_SAMPLED, NO_AMX_DRAFT_VOCAB.get(spec_type, 0)
     options = served_options(spec_type) if quant == "served" else {"spec_draft_n_max": n_max}
     assert options["spec_draft_n_max"] == n_max
     assert options.get("spec_draft_n_max_sampled", n_max) == (n_sampled if quant == "served" else n_max)

@@ -21,18 +21,20 @@ STDLIB_CODER_DRAFTERS = {
 # spec type -> (--spec-draft-n-max, --spec-draft-n-max-sampled)
 AMX_N_MAX = {"draft-simple": (6, 2), "draft-eagle3": (8, 2), "draft-mtp": (10, 3), "draft-dflash": (6, 2),
              "draft-dspark": (8, 3)}
-# on a CPU without AVX-512 (AVX2 kernels) the second verified row costs about a quarter of a one-row
-# forward and each further one half, and no drafter pays for sampled requests, whose drafts are rarely
-# accepted: they are not drafted for (T=1, 1 slot, q8 drafts, interleaved: MTP 0.67-0.71x drafting one
-# token, 0.59x at 2, 0.66x at 3; DSpark 0.60x at 1; not drafting 0.90-1.01x and 0.95-1.04x, EAGLE-3
-# 1.00-1.04x, in two runs; docs/model-drafters.md)
-NO_AVX512_N_MAX_SAMPLED = 0
-# there a chain's draft step is one layer plus the lm_head over the whole vocabulary, the larger part:
-# MTP drafts among the 2048 most frequent tokens (--spec-draft-vocab, ranked in the target folder's
-# token_ranking.json): T=0, 1 slot, four interleaved runs, 0.95-1.11x -> 1.02-1.20x over no speculation
-# (medians 4-15 % up in each), tau 3.39 -> 3.34; draft-simple 1-4 % up in each of three runs, tau 3.22 ->
-# 3.16. EAGLE-3 already drafts among 2048 (docs/model-drafters.md)
-NO_AVX512_DRAFT_VOCAB = {"draft-simple": 2048, "draft-mtp": 2048}
+# without AMX a verified row is real work (AVX2: the second row costs about a quarter of a one-row
+# forward, each further one half; AVX-512: a fifth each), and no drafter pays for sampled requests,
+# whose drafts are rarely accepted: they are not drafted for (T=1, 1 slot, q8 drafts, interleaved;
+# AVX2: MTP 0.67-0.71x drafting one token, DSpark 0.60x, not drafting 0.90-1.04x; AVX-512 without
+# AMX: every model drafter 0.62-0.80x drafting, MTP 0.86-0.89x at one draft, not drafting
+# 0.96-0.98x; docs/model-drafters.md)
+NO_AMX_N_MAX_SAMPLED = 0
+# there a draft's lm_head over the whole 4096-token vocabulary is a large part of a draft call: the
+# drafters draft among the 2048 most frequent tokens (--spec-draft-vocab, ranked in the target folder's
+# token_ranking.json). T=0, 1 slot, interleaved, over no speculation: AVX-512 without AMX (two or three
+# runs) MTP 1.36x -> 1.38-1.47x, draft-simple 1.15-1.22x -> 1.23-1.27x, DSpark 1.08-1.17x ->
+# 1.22-1.24x, DFlash 1.09-1.11x -> 1.16-1.18x; AVX2 MTP 0.95-1.11x -> 1.02-1.20x, draft-simple up 1-4 %,
+# the block drafters within the noise. EAGLE-3 already drafts among 2048 (docs/model-drafters.md)
+NO_AMX_DRAFT_VOCAB = {"draft-simple": 2048, "draft-mtp": 2048, "draft-dflash": 2048, "draft-dspark": 2048}
 # without int8 dot products the chains take int8 weights, which halve the bytes each of their one-row
 # steps streams, and the block drafters bfloat16
 NO_INT8_DOT_QUANT = {"draft-simple": "int8", "draft-eagle3": "int8", "draft-mtp": "int8"}
@@ -60,8 +62,8 @@ def served_n_max(spec_type: str, sampled: bool = False) -> int:
     --spec-draft-n-max-sampled, for requests at T > 0)."""
     if _rows_nearly_free():
         return AMX_N_MAX[spec_type][1 if sampled else 0]
-    if sampled and kernels.mode() == "native" and not kernels.has_avx512():
-        return NO_AVX512_N_MAX_SAMPLED
+    if sampled and kernels.mode() == "native":
+        return NO_AMX_N_MAX_SAMPLED
     return STDLIB_CODER_DRAFTERS[spec_type][1]
 
 
@@ -74,8 +76,8 @@ def served_options(spec_type: str) -> dict:
     quant = served_quant(spec_type)
     if quant:
         options["quant_draft"] = quant
-    if spec_type in NO_AVX512_DRAFT_VOCAB and kernels.mode() == "native" and not kernels.has_avx512():
-        options["spec_draft_vocab"] = NO_AVX512_DRAFT_VOCAB[spec_type]
+    if spec_type in NO_AMX_DRAFT_VOCAB and kernels.mode() == "native" and not _rows_nearly_free():
+        options["spec_draft_vocab"] = NO_AMX_DRAFT_VOCAB[spec_type]
     return options
 
 
