@@ -10,8 +10,10 @@ wall-clock decode rate. The drafters are the ones shipped for the bundled model
 lengths for this CPU, at T=0 and at T > 0, and `--quant-draft q8` on CPUs with int8 dot products, else int8
 for the draft-simple, EAGLE-3 and MTP chains; `--quant-draft none` runs every drafter in bfloat16); a type
 without one is skipped with a note.
-At T=1 the model drafters also run with `--spec-draft-sample` (drafts sampled from q, verified by rejection
-sampling).
+At T=1 the model drafters also run as "+ q": drafts sampled from q and verified by rejection sampling
+(`--spec-draft-sample`; DFlash `--spec-dflash-sample sample`; DSpark samples its chain as served), and
+where a drafter is served without drafts for sampled requests (`--spec-draft-n-max-sampled 0`) with its
+T=0 length, so that the row shows what its sampled path does.
 Every (prompt set, temperature) cell, and every repeat of it, runs on a new engine, so methods that learn
 across requests (ngram-mod, ngram-cache) never meet a set they have already seen. Each repeat of a cell
 also runs no speculation right beside it (alternating which goes first), and the speedup is the best
@@ -75,8 +77,10 @@ def configurations(target: Path, methods: list[str] | None = None, schedule: boo
         configs.append((spec_type, spec_type, folder, extra, (0.0, 1.0)))
         if spec_type in MODEL_DRAFTERS:
             configs.append((f"{spec_type} + q", spec_type, folder, {**extra, "spec_draft_sample": True}, (1.0,)))
-        elif spec_type == "draft-dflash":       # DSpark samples its chain by default; DFlash drafts greedily
+        elif spec_type == "draft-dflash":       # DFlash drafts greedily by default
             configs.append((f"{spec_type} + q", spec_type, folder, {**extra, "spec_dflash_sample": "sample"}, (1.0,)))
+        elif spec_type == "draft-dspark":       # DSpark samples its chain as served (the row differs in length only)
+            configs.append((f"{spec_type} + q", spec_type, folder, extra, (1.0,)))
     return configs, skipped
 
 
@@ -157,8 +161,10 @@ def main() -> None:
         if model_drafter:
             lengths = {"spec_draft_n_max": args.draft_n_max} if args.draft_n_max else \
                 {k: v for k, v in served_options(spec_type).items() if k != "quant_draft"}
-            draft_lengths[spec_type] = [lengths["spec_draft_n_max"],
-                                        lengths.get("spec_draft_n_max_sampled", lengths["spec_draft_n_max"])]
+            if label.endswith(" + q") and lengths.get("spec_draft_n_max_sampled") == 0:
+                del lengths["spec_draft_n_max_sampled"]          # the sampled path, drafting as far as at T=0
+            draft_lengths.setdefault(spec_type, [lengths["spec_draft_n_max"],         # as served: the plain row's
+                                                 lengths.get("spec_draft_n_max_sampled", lengths["spec_draft_n_max"])])
         quant = args.quant_draft if args.quant_draft != "served" else (served_quant(spec_type) or "none")
         if quant != "none" and model_drafter:
             extra = {**extra, "quant_draft": quant}
@@ -236,7 +242,8 @@ def markdown_table(record: dict) -> str:
     base = [f"{by[('no speculation', s, t)]['tokens_per_s']:.0f} tok/s ({s.replace('-', ' ')}, T={t:g})"
             for s, t in cols if ("no speculation", s, t) in by]
     out += ["", "(tau / speedup; tau counts only steps that verified a draft, so a method that rarely drafts "
-            "can show tau 1.00.)", "", "No speculation decoded at " + ", ".join(base) + ".", "",
+            "can show tau 1.00. \"+ q\": drafts sampled from q and verified by rejection sampling, at the T=0 "
+            "length where the drafter is served without drafts for sampled requests.)", "", "No speculation decoded at " + ", ".join(base) + ".", "",
             f"Acceptance per draft position ({first[0].replace('-', ' ')}, T={first[1]:g}):", ""]
     for r in results:
         if (r["set"], r["temperature"]) == first and r["acceptance_per_position"]:
