@@ -243,7 +243,8 @@ def markdown_table(record: dict) -> str:
             for s, t in cols if ("no speculation", s, t) in by]
     out += ["", "(tau / speedup; tau counts only steps that verified a draft, so a method that rarely drafts "
             "can show tau 1.00. \"+ q\": drafts sampled from q and verified by rejection sampling, at the T=0 "
-            "length where the drafter is served without drafts for sampled requests.)", "", "No speculation decoded at " + ", ".join(base) + ".", "",
+            "length where the drafter is served without drafts for sampled requests.)", "",
+            "No speculation decoded at " + ", ".join(base) + ".", "",
             f"Acceptance per draft position ({first[0].replace('-', ' ')}, T={first[1]:g}):", ""]
     for r in results:
         if (r["set"], r["temperature"]) == first and r["acceptance_per_position"]:
