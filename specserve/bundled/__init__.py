@@ -45,6 +45,11 @@ def _rows_nearly_free() -> bool:
     return kernels.mode() == "native" and kernels.has_amx()
 
 
+def _rows_cost() -> bool:
+    """The native kernels without AMX: each verified row is real work."""
+    return kernels.mode() == "native" and not kernels.has_amx()
+
+
 def served_quant(spec_type: str) -> str | None:
     """The --quant-draft a shipped drafter is served with on this CPU (None: bfloat16, or not a drafter):
     q8 (int8 weights and rows, integer dot products) where the CPU has int8 dot products (AVX-512 VNNI,
@@ -62,7 +67,7 @@ def served_n_max(spec_type: str, sampled: bool = False) -> int:
     --spec-draft-n-max-sampled, for requests at T > 0)."""
     if _rows_nearly_free():
         return AMX_N_MAX[spec_type][1 if sampled else 0]
-    if sampled and kernels.mode() == "native":
+    if sampled and _rows_cost():
         return NO_AMX_N_MAX_SAMPLED
     return STDLIB_CODER_DRAFTERS[spec_type][1]
 
@@ -76,7 +81,7 @@ def served_options(spec_type: str) -> dict:
     quant = served_quant(spec_type)
     if quant:
         options["quant_draft"] = quant
-    if spec_type in NO_AMX_DRAFT_VOCAB and kernels.mode() == "native" and not _rows_nearly_free():
+    if spec_type in NO_AMX_DRAFT_VOCAB and _rows_cost():
         options["spec_draft_vocab"] = NO_AMX_DRAFT_VOCAB[spec_type]
     return options
 

@@ -14,7 +14,7 @@ import os
 
 from ..errors import OptionError
 from .build import KernelBuildError, library_path
-from .capi import (ABI_VERSION, FEATURE_AMX, FEATURE_AVX2, FEATURE_AVX512, FEATURE_AVX512_BF16, FEATURE_AVX512_VNNI,
+from .capi import (ABI_VERSION, FEATURE_AMX, FEATURE_AVX2, FEATURE_AVX512_BF16, FEATURE_AVX512_VNNI,
                    bind)
 from .threads import default_threads
 
@@ -126,10 +126,6 @@ def has_bf16_weights() -> bool:
     """Whether bf16 weights stay bf16 in memory: bf16 dot products, or (AVX2) widened in registers
     and multiplied into float32 rows; elsewhere they are stored as float32."""
     return bool(library().ss_features() & (FEATURE_AVX512_BF16 | FEATURE_AVX2))
-
-
-def has_avx512() -> bool:
-    return bool(library().ss_features() & FEATURE_AVX512)
 
 
 def has_amx() -> bool:

@@ -126,7 +126,7 @@ void for_each_tile(int64_t n_blocks, int per_tile, int64_t m, int64_t rows_per_t
 // A model's weights outgrow L2, and a tile's loads of them stalled its multiplies (AVX2 on a Zen 3: half of
 // its samples sat on one load, and a forward of 1-4 rows took 1.6-2.1x as long without this): each step of
 // a tile prefetches the next tile's blocks (block0 + C ..., the bytes that follow its own) at the rate it
-// reads its own, so they are in L1 by the time it starts. The last tile's addresses lie past the weights:
+// reads its own, so they are in cache by the time it starts. The last tile's addresses lie past the weights:
 // computed as integers, and a prefetch never faults. Locality: __builtin_prefetch's (3: into L1, the AVX2
 // tiles' best on a Zen 3; 2: into L2, the AVX-512 bf16 tiles' best on a Zen 4, 1.1-1.3x for 2-16 rows,
 // where into L1 made one row 1.2x slower)
