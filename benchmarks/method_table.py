@@ -172,11 +172,12 @@ def main() -> None:
         def fresh_engine():
             """Each run on a new engine: methods that learn across requests (ngram-mod, ngram-cache) must
             not meet a prompt set, or a repeat, they have already seen. It is warmed up with one short
-            request per slot, all at once, so that first-call costs (buffers, and with --spec-schedule the
-            first timing of a draft call for that many slots) stay out of the measurement."""
+            request per slot (32 tokens), all at once, so that first-call costs (buffers, and with
+            --spec-schedule the first draft calls for that many slots, which it times) stay out of the
+            measurement."""
             llm = LLM(target, draft_model=folder, spec_type=spec_type, n_parallel=args.parallel, **lengths, **extra)
             warm = [llm.tokenizer.encode(WARM_UP)[:8 + i] for i in range(args.parallel)]
-            llm.generate(warm, [SamplingParams(temperature=0, max_tokens=8)] * len(warm))
+            llm.generate(warm, [SamplingParams(temperature=0, max_tokens=32)] * len(warm))
             return llm
 
         try:

@@ -1,7 +1,7 @@
 """--spec-schedule's measured draft-call cost by (drafting slots, draft length)."""
 import pytest
 
-from specserve.speculative.draft_cost import DraftCost
+from specserve.speculative.draft_cost import MEASURED_AFTER, DraftCost
 
 
 def test_steady_calls_make_the_estimate_and_catch_up_calls_only_stand_in():
@@ -11,7 +11,10 @@ def test_steady_calls_make_the_estimate_and_catch_up_calls_only_stand_in():
     cost.note(0.080, 4, 3, steady=False)
     assert cost.seconds(4, 3) == 0.050 and cost.most_slots == 0
     cost.note(0.004, 4, 3, steady=True)
-    assert cost.seconds(4, 3) == 0.004 and cost.most_slots == 4
+    assert cost.seconds(4, 3) == 0.004 and cost.most_slots == 0     # measured after MEASURED_AFTER steady calls
+    for _ in range(MEASURED_AFTER - 1):
+        cost.note(0.004, 4, 3, steady=True)
+    assert cost.most_slots == 4
     cost.note(0.090, 4, 3, steady=False)                    # no longer read once a steady call is known
     cost.note(0.014, 4, 3, steady=True)                     # a slower call moves the mean a little
     assert cost.seconds(4, 3) == pytest.approx(0.005)
@@ -38,7 +41,6 @@ def test_slot_counts_are_interpolated_not_scaled():
     assert cost.seconds(2, 3) == pytest.approx(0.002 + 0.002 / 3)   # between the measured counts
     assert cost.seconds(8, 3) == 0.004                              # the nearest count: batching is cheap
     assert cost.seconds(4, 1) == pytest.approx(0.004 / 3)           # each count scaled by its own lengths
-    assert cost.most_slots == 4
     cost.note(0.050, 2, 3, steady=False)                            # a catch-up call stands in for its count
     assert cost.seconds(2, 3) == 0.050
     cost.note(0.003, 2, 1, steady=True)                             # ... until the count has a steady call

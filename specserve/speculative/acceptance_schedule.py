@@ -24,12 +24,16 @@ exploring steps, which keep the estimates current. An exploring step drafts for 
 as drafting would pay in well predicted text (the most it can learn per exploration), the one
 that drafted last: a drafter catches up on everything its slot produced since it last drafted, so
 that slot has the least to catch up on (the rates of all slots start from what every slot saw).
-Explorations come at least EXPLORE_EVERY steps apart, and never before the steps since the last
+Explorations come at least EXPLORE_EVERY steps apart (but for the ones that pay, below), and never before the steps since the last
 one took what it cost divided by EXPLORE_SHARE x upside, where the upside is what drafting would
 bring over plain decoding in a run of well predicted text (speedup at GOOD_RATE, less 1, at most
 1). Exploring is worth much where drafting could win much (one slot; acceptance comes in bursts:
 a loop the model falls into is drafted almost perfectly) and little where it could win little (a
-slow drafter at high concurrency); where it could not win at all, there is none.
+slow drafter at high concurrency); where it could not win at all, there is none. An exploration that
+paid for itself (more tokens than plain steps would emit in its time, with its draft call priced as a
+caught-up one) is followed by another at once, and a due decision comes before it: one exploration in
+a burst of well predicted text is one observation, and one at a time after an unlucky start kept a
+1-slot DSpark engine from drafting for a whole run where drafting paid 1.4x.
 
 The decision also picks the draft length: for model drafters, whose draft call costs more the more
 tokens it drafts, the expected speedup is worked out at each candidate length up to the longest the
@@ -39,15 +43,16 @@ requests (`DraftRequest.n_scheduled`: chains stop there, a block drafter drafts 
 At 4 slots on the bundled model Algorithm 1 keeps 2-3 tokens of a DSpark block of 6, whose second
 half costs as much to draft as the first. A slot count without a steady draft-time measurement is
 measured first, at the longest length, when no larger count is: its first steps draft for every slot
-(the first catches up, the next is steady).
+(the first catches up, the next MEASURED_AFTER are steady).
 
 A step whose answer is a reused "no" is known before the slots' draft requests are built
 (`skips`): the engine skips building them, which at many slots is most steps.
 
 The model's inputs are timings, and on a shared or throttled machine they drift: the cost table is
 profiled once, at start-up. So what drafting actually achieves has the last word: the seconds per
-emitted token of every step while the answer is "yes" (drafting steps, the steps after a pause that
-catch the drafter up, the plain checks: all of them are what drafting costs) and of steps without
+emitted token of every step while the answer is "yes" (drafting steps, the plain checks and the steps
+after them that catch the drafter up: all of them are what drafting costs; not the catch-up after a
+longer pause, which is what the "no" before it cost) and of steps without
 drafting are kept per slot count (decayed sums of seconds and tokens), and while both are recent (the last REALIZED_RECENT decisions) and long
 enough (REALIZED_STEPS) the yes-or-no follows them instead of the model (within REALIZED_BAND). Once the drafting record is
 stale the model decides again, its expected speedup scaled by what the records achieved over it when
@@ -99,6 +104,8 @@ REALIZED_STEPS = (4, 16)  # ... which decide once the plain record has this many
 REALIZED_RECENT = 128  # ... the last of them within this many decisions
 PLAIN_EVERY = 16     # while drafting with no recent record of steps without it, REALIZED_MIN steps in this many do not draft
 CALIBRATION_FORGET = 1 / 1024  # share of the gap between the realized-over-model ratio and 1 forgotten per decision
+DECISIVE = 1.25      # a calibrated expected speedup above this needs no plain checks (`_decisive`)
+OTHER_FIRST = 3      # the rest of a step (`other`): its first this many samples of each kind keep the lowest
 RESTART = 1.15       # a calibrated estimate above this starts drafting again once the records are stale (the
                      # estimate moves by 10-20 % with the rates' noise: at 1.0, a 4-slot engine at T=1 tried
                      # drafting again every ~250 decisions, each try first catching every slot up)
@@ -126,6 +133,7 @@ class AcceptanceScheduler:
         # no drafts [0] and steps that do [1]: verifying and accepting drafts costs ~0.1 ms more at 4 slots
         # (10 % of a step), and one mean for both made drafting look cheaper than it is
         self.other = [0.0, 0.0]
+        self.other_samples = [0, 0]                          # ... and how many steps each has seen
         self.last_drafted = [-1] * n_slots                   # decision number of each slot's last draft
         self.n_decisions = 0
         self.steady = False                                  # this step's drafting slots all drafted the step before
@@ -180,8 +188,10 @@ class AcceptanceScheduler:
         self.draft_cost.note(seconds, n_slots, self.draft_length, self.steady)
 
     def other_seconds(self, drafted: bool) -> float:
-        """The rest of a step that verifies drafts (or not): the other kind's while this kind has none."""
-        return self.other[int(drafted)] or self.other[int(not drafted)]
+        """The rest of a step that verifies drafts (or not). A drafting step not measured yet costs what a plain
+        one does, but never the other way round: plain steps priced at the drafting steps' 0.5 ms made a fresh
+        4-slot engine draft on at 1.35x by the model where drafting ran at 0.65x (a plain step's rest is 0.03 ms)."""
+        return self.other[1] or self.other[0] if drafted else self.other[0]
 
     def draft_time(self, n_slots: int, length: int | None = None) -> float:
         """Estimated draft call for n_slots slots and drafts of `length` tokens (default: the longest)."""
@@ -206,20 +216,34 @@ class AcceptanceScheduler:
                 record.note(seconds, tokens, self.n_decisions)
             if arms and self.last_decision:     # what drafting achieves is news to a "yes" (a "no" waits to explore)
                 self.n_observed += 1
-        if not irregular:
+        arm = int(rows > base_rows)
+        # (a drafting step learns only when steady: a catch-up step's forward runs on caches its draft call
+        # cooled, and an engine's first drafting step, with its first-call costs, made the rest 0.5 ms at 2
+        # slots where it is 0.1 ms; taken as the mean, that said "no" for good, since only drafting corrects it)
+        if not irregular and (arm == 0 or self.steady):
             other = max(0.0, seconds - 1.0 / self.cost_table.steps_per_second(rows) - draft_seconds)
-            arm = int(rows > base_rows)
-            mean = self.other[arm]
-            weight = 1.0 if mean == 0 else 0.2 if other < mean else 0.02   # a finishing request is a spike, not a trend
+            mean, seen = self.other[arm], self.other_samples[arm]
+            self.other_samples[arm] += 1
+            # the first few take the lowest (start-up spikes); then a finishing request is a spike, not a trend
+            weight = 1.0 if seen == 0 or (seen < OTHER_FIRST and other < mean) else \
+                0.2 if other < mean else 0.02
             self.other[arm] = (1 - weight) * mean + weight * other
         if self.exploring:
+            self.exploring = False
             plain = 1.0 / self.cost_table.steps_per_second(base_rows) + self.other_seconds(False)
+            # with its drafter caught up (a first exploration's draft call as a steady one's), against plain steps
+            # for the tokens it emitted: an exploration into well predicted text pays for itself but for its
+            # catch-up, and the next one, right after, has none
+            draft = draft_seconds if self.steady else self.draft_time(1, self.draft_length)
+            caught_up = seconds - draft_seconds + draft - plain * max(tokens, base_rows) / base_rows
+            if not irregular and caught_up <= 0:
+                self.next_explore = self.n_decisions + 1
+                return
             cost = draft_seconds if irregular else max(0.0, seconds - plain)
             # (an upside the realized records did not bear out buys proportionally less exploring, and so does
             # one that explorations did not find)
             budget = EXPLORE_SHARE * min(self.upside_seen, 1.0) * self.calibration_ratio(self.decided_for[0])
             self.explore_ready_at = self.elapsed + cost / budget if budget > 0 else float("inf")
-            self.exploring = False
 
     def skips(self, n_slots: int) -> bool:
         """Whether this step is known not to draft before asking which slots do: the answer for this
@@ -240,12 +264,12 @@ class AcceptanceScheduler:
         n = self.n_decisions + 1
         if n_slots > self.draft_cost.most_slots:
             return "measure"
-        if self.last_decision is False and self.upside > 0 and n >= self.next_explore and \
-                self.elapsed >= self.explore_ready_at:
-            return "explore"
         if self.last_decision is not None and self.decided_for[0] == n_slots and \
                 (n % DECIDE_EVERY or self.decided_for[1] == self.n_observed):
-            return "reuse"
+            # (a due decision comes first: explorations that pay follow each other, each with news)
+            explore = self.last_decision is False and self.upside > 0 and n >= self.next_explore and \
+                self.elapsed >= self.explore_ready_at
+            return "explore" if explore else "reuse"
         return "decide"
 
     def drafting_slots(self, slots: list[int], caps: list[int]) -> list[int]:
@@ -291,15 +315,18 @@ class AcceptanceScheduler:
         if chosen:      # what the drafts can be (sampled requests draft less: --spec-draft-n-max-sampled)
             self.draft_length = min(self.draft_length, max(caps[i] for i in chosen))
         self.steady = bool(chosen) and all(self.last_drafted[slots[i]] == self.n_decisions - 1 for i in chosen)
+        # a slot catching up after a pause longer than a plain check: what the "no" before cost, not drafting
+        resumed = any(0 <= self.last_drafted[slots[i]] < self.n_decisions - REALIZED_MIN - 1 for i in chosen)
         for i in chosen:
             self.last_drafted[slots[i]] = self.n_decisions
         # the realized records (module docstring): every step of a "yes" (its plain checks, the catch-up after
         # them and a new request's first draft, which reads its prompt, included: they are what drafting
-        # costs), and steps without drafting but the first after a drafting one (it runs on caches the draft
-        # call cooled: at 4 slots and T=1 such steps cost 0.275 ms a token against 0.206 in a stretch without
-        # drafting)
+        # costs) but the catch-up after a longer pause (counted, a 16-step record after a 250-step pause said
+        # 0.67x at 2 slots where drafting paid 1.17x, and the "no" it gave held for the run), and steps without
+        # drafting but the first after a drafting one (it runs on caches the draft call cooled: at 4 slots and
+        # T=1 such steps cost 0.275 ms a token against 0.206 in a stretch without drafting)
         n = len(slots)
-        arms = [(n, True)] if self.last_decision and due in ("reuse", "decide") else []
+        arms = [(n, True)] if self.last_decision and due in ("reuse", "decide") and not resumed else []
         if not chosen and not self.drafted_last and due != "measure":
             arms.append((n, False))
         self.step_arms = tuple(arms)
@@ -315,10 +342,16 @@ class AcceptanceScheduler:
         since = self.n_decisions - self.plain_check_at
         if since < REALIZED_MIN:                # a check is REALIZED_MIN steps in a row
             return True
-        if since < PLAIN_EVERY:
+        if since < PLAIN_EVERY or self._decisive(n_slots):
             return False
         self.plain_check_at = self.n_decisions
         return True
+
+    def _decisive(self, n_slots: int) -> bool:
+        """Whether the model, scaled by what drafting achieved when last compared at this slot count, says
+        drafting pays by more than its errors (DECISIVE): then no plain checks (at one slot they were 12 % of the
+        steps, each followed by a catch-up, and cost a drafter paying 1.4x about 3 %)."""
+        return n_slots in self.calibration and self.model_speedup * self.calibration_ratio(n_slots) > DECISIVE
 
     def realized_speedup(self, n_slots: int) -> float | None:
         """Seconds per emitted token of recent steps without drafting over those of recent steady

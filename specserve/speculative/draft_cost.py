@@ -20,6 +20,9 @@ model, so counts are not scaled), else from the nearest count.
 """
 from __future__ import annotations
 
+MEASURED_AFTER = 3  # steady calls before a slot count counts as measured: a fresh engine's first ones run slow
+                    # (first-call costs), and at 2 slots one of them made drafting look 1.5x dearer than it is
+
 
 class DraftCost:
     def __init__(self):
@@ -29,7 +32,8 @@ class DraftCost:
         # cost 10-20 µs)
         self.steady: dict[int, dict[int, float]] = {}
         self.unsteady: dict[int, dict[int, float]] = {}
-        self.most_slots = 0                                 # the largest slot count with a steady call
+        self.steady_calls: dict[int, int] = {}              # per slot count, how many steady calls
+        self.most_slots = 0                                 # the largest slot count measured (MEASURED_AFTER)
         self.estimates: dict[tuple[int, int], float] = {}   # seconds() answers since the last note()
 
     def note(self, seconds: float, n_slots: int, length: int, steady: bool) -> None:
@@ -39,7 +43,9 @@ class DraftCost:
             known = table.get(length, seconds)
             weight = 0.5 if seconds < known else 0.1        # the first calls run slow (cold caches), spikes happen
             table[length] = (1 - weight) * known + weight * seconds
-            self.most_slots = max(self.most_slots, n_slots)
+            calls = self.steady_calls[n_slots] = self.steady_calls.get(n_slots, 0) + 1
+            if calls >= MEASURED_AFTER:
+                self.most_slots = max(self.most_slots, n_slots)
         elif length not in self.steady.get(n_slots, ()):
             table = self.unsteady.setdefault(n_slots, {})
             table[length] = min(seconds, table.get(length, seconds))
