@@ -245,11 +245,12 @@ def markdown_table(record: dict) -> str:
     out += ["", "(tau / speedup; tau counts only steps that verified a draft, so a method that rarely drafts "
             "can show tau 1.00. \"+ q\": drafts sampled from q and verified by rejection sampling, at the T=0 "
             "length where the drafter is served without drafts for sampled requests.)", "",
-            "No speculation decoded at " + ", ".join(base) + ".", "",
-            f"Acceptance per draft position ({first[0].replace('-', ' ')}, T={first[1]:g}):", ""]
-    for r in results:
-        if (r["set"], r["temperature"]) == first and r["acceptance_per_position"]:
-            out.append(f"- {r['method']}: " + ", ".join(f"{p:.2f}" for p in r["acceptance_per_position"][:8]))
+            "No speculation decoded at " + ", ".join(base) + "."]
+    drafted = [r for r in results if (r["set"], r["temperature"]) == first and r["acceptance_per_position"]]
+    if drafted:
+        out += ["", f"Acceptance per draft position ({first[0].replace('-', ' ')}, T={first[1]:g}):", ""]
+    for r in drafted:
+        out.append(f"- {r['method']}: " + ", ".join(f"{p:.2f}" for p in r["acceptance_per_position"][:8]))
     lossy = [r["method"] for r in results if r.get("same_tokens_as_baseline") is False]
     out += ["", "Greedy output identical to no speculation: "
             + ("yes, for every method." if not lossy else f"NO for {', '.join(lossy)}.")]
