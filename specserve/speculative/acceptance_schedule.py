@@ -24,10 +24,10 @@ exploring steps, which keep the estimates current. An exploring step drafts for 
 as drafting would pay in well predicted text (the most it can learn per exploration), the one
 that drafted last: a drafter catches up on everything its slot produced since it last drafted, so
 that slot has the least to catch up on (the rates of all slots start from what every slot saw).
-Explorations come at least EXPLORE_EVERY steps apart (but for the ones that pay, below), and never before the steps since the last
-one took what it cost divided by EXPLORE_SHARE x upside, where the upside is what drafting would
-bring over plain decoding in a run of well predicted text (speedup at GOOD_RATE, less 1, at most
-1). Exploring is worth much where drafting could win much (one slot; acceptance comes in bursts:
+Explorations come at least EXPLORE_EVERY steps apart (but for the ones that pay, below), and never
+before the steps since the last one took what it cost divided by EXPLORE_SHARE x upside, where the
+upside is what drafting would bring over plain decoding in a run of well predicted text (speedup at
+GOOD_RATE, less 1, at most 1). Exploring is worth much where drafting could win much (one slot; acceptance comes in bursts:
 a loop the model falls into is drafted almost perfectly) and little where it could win little (a
 slow drafter at high concurrency); where it could not win at all, there is none. An exploration that
 paid for itself (more tokens than plain steps would emit in its time, with its draft call priced as a
@@ -41,7 +41,7 @@ requests can draft (`caps`: the driver's, which know --spec-draft-n-max-sampled)
 draft time at that length (draft_cost.py), and the best length goes to the drafters with the
 requests (`DraftRequest.n_scheduled`: chains stop there, a block drafter drafts a shorter block).
 At 4 slots on the bundled model Algorithm 1 keeps 2-3 tokens of a DSpark block of 6, whose second
-half costs as much to draft as the first. A slot count without a steady draft-time measurement is
+half costs as much to draft as the first. A slot count without steady draft-time measurements is
 measured first, at the longest length, when no larger count is: its first steps draft for every slot
 (the first catches up, the next MEASURED_AFTER are steady).
 
