@@ -37,7 +37,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from specserve.bundled import served_n_max, shipped_drafters  # noqa: E402
+from specserve.bundled import served_options, shipped_drafters  # noqa: E402
 from specserve.llm import BUNDLED_MODEL  # noqa: E402
 from specserve.speculative.registry import available_types, proposer_class  # noqa: E402
 
@@ -51,12 +51,14 @@ def server_args(spec_label: str, model: str, slots: int, extra: list[str], draft
     args = ["-np", str(slots), "--spec-type", spec_type, "--temp", "0", *extra]
     if variant == "schedule":
         args.append("--spec-schedule")
-    if proposer_class(spec_type).model_drafter:
+    if spec_type != "none" and proposer_class(spec_type).model_drafter:
         shipped = shipped_drafters().get(spec_type) if Path(model) == BUNDLED_MODEL else None
         if draft_model:
             args += ["-md", draft_model]
-        elif shipped:           # the bundled model's own drafter, at the block it was trained for
-            args += ["-md", str(shipped[0]), "--spec-draft-n-max", str(served_n_max(spec_type))]
+        elif shipped:           # the bundled model's own drafter, served as shipped for this CPU
+            args += ["-md", str(shipped[0])]
+            for name, value in served_options(spec_type).items():
+                args += ["--" + name.replace("_", "-"), str(value)]
     return args
 
 

@@ -17,7 +17,7 @@ from specserve.models.step_batch import StepBatch, split_by_length
 from specserve.speculative import registry
 from specserve.speculative import acceptance_schedule
 from specserve.speculative.acceptance_schedule import (DECIDE_EVERY, EXPLORE_EVERY, EXPLORE_SHARE, PLAIN_EVERY,
-                                                       PRIOR, REALIZED_MIN, REALIZED_RECENT,
+                                                       PRIOR, REALIZED_MIN, REALIZED_RECENT, RECHECK_AFTER,
                                                        AcceptanceScheduler)
 from specserve.speculative.base import Draft, DraftRequest, Proposer, ProposerContext
 from specserve.speculative.driver import SpecDriver
@@ -222,6 +222,8 @@ def test_an_exploring_step_spaces_the_next_by_what_it_cost():
     for i in range(3000):
         chosen = sched.drafting_slots(slots, caps)
         explore = sched.exploring
+        if chosen:
+            sched.note_draft_time(step * 20 if explore else 0.0005, len(chosen))
         # an exploring step costs 20 plain steps (the drafter catches up on its slot's context)
         sched.note_step(step * (21 if explore else 1), 4 + 3 * len(chosen), 4, step * 20 if explore else 0.0)
         if explore:
@@ -257,6 +259,50 @@ def test_an_exploration_that_pays_for_itself_is_followed_by_another():
     start = decisions.index("explore")
     assert start >= EXPLORE_EVERY and decisions[start + 1] == "explore"
     assert "draft" in decisions[start:start + 4 * DECIDE_EVERY] and decisions[-1] == "draft"
+
+
+def test_the_first_timed_plain_steps_are_news_for_a_no():
+    """A first "no" can come before any plain step was timed, pricing a plain step's rest at 0: in a server, where
+    streaming makes that rest large, the first timed plain steps make the answer be worked out again."""
+    table = StepCostTable([1, 64], [0.001, 0.001])
+    sched = AcceptanceScheduler(1, 3, table)
+    for _ in range(MEASURED_AFTER + 1):            # drafting steps whose rest (the tokens' streaming) is 3 ms
+        sched.drafting_slots([0], [3])
+        sched.note_draft_time(0.0003, 1)
+        sched.observe(0, 3, 3)
+        sched.note_step(0.0043, 4, 1, 0.0003, tokens=4)
+    decisions = []
+    for _ in range(4 * DECIDE_EVERY):
+        chosen = sched.drafting_slots([0], [3])
+        decisions.append(bool(chosen))
+        if chosen:
+            sched.note_draft_time(0.0003, 1)
+            sched.observe(0, 3, 3)
+        sched.note_step(0.0043 if chosen else 0.004, 4 if chosen else 1, 1, 0.0003 if chosen else 0.0,
+                        tokens=4 if chosen else 1)
+    assert decisions[0] is False and all(decisions[-DECIDE_EVERY:])
+
+
+def test_a_first_no_on_slow_first_timings_is_checked_once():
+    """A slot count's first drafting steps run slow (an engine's first calls, a server's first requests): a "no"
+    decided on them is checked once, RECHECK_AFTER seconds of steps later, by timing draft calls afresh."""
+    table = StepCostTable([1, 64], [0.001, 0.001])
+    sched = AcceptanceScheduler(1, 3, table)
+    _measure(sched, [0], [3], 0.02)                 # the first draft calls: 20 steps' time each
+    for _ in range(40):
+        sched.observe(0, 3, 3)
+    plain_steps = round(RECHECK_AFTER / 0.001)
+    decisions = []
+    for _ in range(plain_steps + 2 * MEASURED_AFTER + 2 * DECIDE_EVERY):
+        chosen = sched.drafting_slots([0], [3])
+        decisions.append(bool(chosen))
+        if chosen:
+            sched.note_draft_time(0.0002, 1)        # warm now: a fifth of a step
+            sched.observe(0, 3, 3)
+        sched.note_step(0.0012 if chosen else 0.001, 4 if chosen else 1, 1, 0.0002 if chosen else 0.0,
+                        tokens=4 if chosen else 1)
+    assert not any(decisions[:plain_steps - DECIDE_EVERY]) and all(decisions[-DECIDE_EVERY:])
+    assert sched.draft_time(1, 3) < 0.001
 
 
 def test_the_draft_length_is_where_drafting_pays_best():

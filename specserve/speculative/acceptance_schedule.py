@@ -73,7 +73,7 @@ import numpy as np
 
 from .base import Draft
 from .confidence_schedule import schedule_prefix_lengths
-from .draft_cost import DraftCost
+from .draft_cost import MEASURED_AFTER, DraftCost
 from .step_cost import StepCostTable
 
 PRIOR = 0.5          # acceptance chance assumed before any observation ...
@@ -104,6 +104,8 @@ REALIZED_STEPS = (4, 16)  # ... which decide once the plain record has this many
 REALIZED_RECENT = 128  # ... the last of them within this many decisions
 PLAIN_EVERY = 16     # while drafting with no recent record of steps without it, REALIZED_MIN steps in this many do not draft
 CALIBRATION_FORGET = 1 / 1024  # share of the gap between the realized-over-model ratio and 1 forgotten per decision
+RECHECK_AFTER = 0.25  # seconds of steps after a slot count's first "no", on its own measurement, it is measured again
+                     # (its few drafting steps then cost at most ~2 % of the time)
 DECISIVE = 1.25      # a calibrated expected speedup above this needs no plain checks (`_decisive`)
 OTHER_FIRST = 3      # the rest of a step (`other`): its first this many samples of each kind keep the lowest
 RESTART = 1.15       # a calibrated estimate above this starts drafting again once the records are stale (the
@@ -134,6 +136,8 @@ class AcceptanceScheduler:
         # (10 % of a step), and one mean for both made drafting look cheaper than it is
         self.other = [0.0, 0.0]
         self.other_samples = [0, 0]                          # ... and how many steps each has seen
+        self.checked: set[int] = set()                       # slot counts whose first answer is known
+        self.recheck_at: dict[int, float] = {}               # ... and when (elapsed) a first "no" is checked (-1: now)
         self.last_drafted = [-1] * n_slots                   # decision number of each slot's last draft
         self.n_decisions = 0
         self.steady = False                                  # this step's drafting slots all drafted the step before
@@ -224,6 +228,10 @@ class AcceptanceScheduler:
             other = max(0.0, seconds - 1.0 / self.cost_table.steps_per_second(rows) - draft_seconds)
             mean, seen = self.other[arm], self.other_samples[arm]
             self.other_samples[arm] += 1
+            if arm == 0 and seen < OTHER_FIRST:
+                # news for a "no" decided before a plain step was timed (in a server a plain step's rest, its
+                # streaming, is 10x what it is in process: priced at 0, a 1-slot server stopped drafting for good)
+                self.n_observed += 1
             # the first few take the lowest (start-up spikes); then a finishing request is a spike, not a trend
             weight = 1.0 if seen == 0 or (seen < OTHER_FIRST and other < mean) else \
                 0.2 if other < mean else 0.02
@@ -264,12 +272,27 @@ class AcceptanceScheduler:
         n = self.n_decisions + 1
         if n_slots > self.draft_cost.most_slots:
             return "measure"
+        if self.recheck_at.get(n_slots, float("inf")) <= self.elapsed:
+            return self._recheck(n_slots)
         if self.last_decision is not None and self.decided_for[0] == n_slots and \
                 (n % DECIDE_EVERY or self.decided_for[1] == self.n_observed):
             # (a due decision comes first: explorations that pay follow each other, each with news)
             explore = self.last_decision is False and self.upside > 0 and n >= self.next_explore and \
                 self.elapsed >= self.explore_ready_at
             return "explore" if explore else "reuse"
+        return "decide"
+
+    def _recheck(self, n_slots: int) -> str:
+        """The check of a first "no" (`recheck_at`): this slot count's draft calls and drafting steps timed afresh
+        (measured as at first), then a decision on them."""
+        if self.recheck_at[n_slots] >= 0:
+            self.recheck_at[n_slots] = -1.0
+            self.draft_cost.forget(n_slots)
+            self.other_samples[1] = 0
+        if self.draft_cost.steady_calls.get(n_slots, 0) < MEASURED_AFTER:
+            return "measure"
+        del self.recheck_at[n_slots]
+        self.decided_for = (0, self.n_observed)
         return "decide"
 
     def drafting_slots(self, slots: list[int], caps: list[int]) -> list[int]:
@@ -304,6 +327,13 @@ class AcceptanceScheduler:
             was = self.answers.get(len(slots), True)
             model_says = self._drafting_pays(slots, caps, was)
             self.answers[len(slots)] = self._calibrated(len(slots), model_says, was)
+            if len(slots) not in self.checked:
+                # a first "no" rests on this slot count's first drafting steps, which run slow (an engine's
+                # first calls; in a server, its first requests): priced so, a 1-slot server said "no" to DSpark
+                # for good where drafting paid 1.26x. Only a "no" on its own measurement is checked, once.
+                self.checked.add(len(slots))
+                if not self.last_decision and len(slots) in self.draft_cost.steady:
+                    self.recheck_at[len(slots)] = self.elapsed + RECHECK_AFTER
             self.draft_length = self.paying_length
             if not self.last_decision:
                 self._price_exploring(len(slots), self._longest(caps))

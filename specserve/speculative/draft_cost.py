@@ -50,6 +50,12 @@ class DraftCost:
             table = self.unsteady.setdefault(n_slots, {})
             table[length] = min(seconds, table.get(length, seconds))
 
+    def forget(self, n_slots: int) -> None:
+        """Drop this slot count's timings, to be measured afresh (`most_slots` stays)."""
+        for table in (self.steady, self.unsteady, self.steady_calls):
+            table.pop(n_slots, None)
+        self.estimates.clear()
+
     def seconds(self, n_slots: int, length: int) -> float:
         """Estimated draft call for n_slots slots and drafts of `length` tokens (0 before any was measured);
         kept until the next measurement (a draft-or-not decision asks for every candidate length)."""
