@@ -43,7 +43,11 @@ requests (`DraftRequest.n_scheduled`: chains stop there, a block drafter drafts 
 At 4 slots on the bundled model Algorithm 1 keeps 2-3 tokens of a DSpark block of 6, whose second
 half costs as much to draft as the first. A slot count without steady draft-time measurements is
 measured first, at the longest length, when no larger count is: its first steps draft for every slot
-(the first catches up, the next MEASURED_AFTER are steady).
+(the first catches up, the next MEASURED_AFTER are steady). A first "no" at a slot count, decided on its
+own measurement, is checked once: RECHECK_AFTER seconds of steps later the count is measured again and
+decided on the new timings (its first drafting steps run slow: an engine's first calls, a server's
+first requests). The first timed plain steps are news for a "no" too (until then a plain step's rest
+is priced at 0, and in a server, which streams each token, it is not).
 
 A step whose answer is a reused "no" is known before the slots' draft requests are built
 (`skips`): the engine skips building them, which at many slots is most steps.
