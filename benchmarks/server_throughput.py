@@ -16,8 +16,9 @@ benchmarks/results_table.py).
         [--spec-types ngram-simple,ngram-mod+schedule,...] [--draft-model DIR] [--max-tokens 128]
         [--table-out FILE] [--from-json FILE] [--note TEXT] [-- extra server options]
 
-The draft-* types use the bundled drafters with the bundled model (or --draft-model); a type
-that cannot start is skipped with the server's error.
+The draft-* types use the bundled drafters with the bundled model, served as shipped for this CPU
+(specserve.bundled.served_options: draft lengths, weights, draft vocabulary), or --draft-model; a
+type that cannot start is skipped with the server's error.
 """
 from __future__ import annotations
 
