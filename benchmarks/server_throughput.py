@@ -40,6 +40,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from specserve.bundled import served_options, shipped_drafters  # noqa: E402
 from specserve.llm import BUNDLED_MODEL  # noqa: E402
+from specserve.options import command_line  # noqa: E402
 from specserve.speculative.registry import available_types, proposer_class  # noqa: E402
 
 from serve_process import ServeProcess  # noqa: E402
@@ -57,9 +58,7 @@ def server_args(spec_label: str, model: str, slots: int, extra: list[str], draft
         if draft_model:
             args += ["-md", draft_model]
         elif shipped:           # the bundled model's own drafter, served as shipped for this CPU
-            args += ["-md", str(shipped[0])]
-            for name, value in served_options(spec_type).items():
-                args += ["--" + name.replace("_", "-"), str(value)]
+            args += ["-md", str(shipped[0]), *command_line(served_options(spec_type))]
     return args
 
 

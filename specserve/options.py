@@ -127,3 +127,20 @@ def spec_option_values(args: argparse.Namespace) -> dict:
     """All speculative option values by dest name (what proposers read)."""
     keys = [o.dest for o in SPEC_OPTIONS + all_options()]
     return {k: getattr(args, k) for k in keys if hasattr(args, k)}
+
+
+def command_line(values: dict) -> list[str]:
+    """Engine option values by dest name as `specserve serve` / `generate` arguments (each by its declared
+    long flag; a true boolean is its flag alone, a false one left out)."""
+    declared = {o.dest: o for o in MODEL_OPTIONS + SAMPLING_OPTIONS + SPEC_OPTIONS + all_options()}
+    args = []
+    for dest, value in values.items():
+        if dest not in declared:
+            raise OptionError(f"no command-line option for {dest!r}")
+        opt = declared[dest]
+        flag = next((f for f in opt.flags if f.startswith("--")), opt.flags[0])
+        if opt.type is bool:
+            args += [flag] if value else []
+        elif value is not None:
+            args += [flag, str(value)]
+    return args

@@ -1,6 +1,7 @@
 """The drafters shipped for the bundled model: each loads, drafts, gets whole runs of drafts
 accepted, keeps greedy output identical in a batch, and the demo runs them all by default; the block
 drafters' records say how they were trained and what they reached."""
+import argparse
 import json
 
 import pytest
@@ -10,7 +11,9 @@ from specserve import kernels
 from specserve.bundled import (AMX_N_MAX, NO_AMX_DRAFT_VOCAB, NO_AMX_N_MAX_SAMPLED, NO_INT8_DOT_QUANT,
                                STDLIB_CODER, STDLIB_CODER_DRAFTERS, served_options, shipped_drafters)
 from specserve.commands.demo import default_spec_types
+from specserve.errors import OptionError
 from specserve.llm import BUNDLED_MODEL
+from specserve.options import add_engine_options, command_line
 from specserve.speculative.draft_vocab import kept_token_ids
 from specserve.speculative.registry import draftless_types
 from support.cli import run
@@ -69,6 +72,20 @@ def test_bundled_drafter_is_accepted_and_lossless(baseline, spec_type, quant):
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("spec_type", sorted(STDLIB_CODER_DRAFTERS))
+def test_served_options_read_back_from_their_command_line(spec_type):
+    """What a shipped drafter is served with, as `specserve serve` arguments (the server benchmark starts its
+    servers so), parses back to the same values; an option with no flag is an error."""
+    parser = argparse.ArgumentParser()
+    add_engine_options(parser)
+    options = served_options(spec_type)
+    parsed = vars(parser.parse_args(command_line({**options, "spec_schedule": True})))
+    assert {k: parsed[k] for k in options} == options and parsed["spec_schedule"] is True
+    assert command_line({"spec_schedule": False}) == []
+    with pytest.raises(OptionError, match="not_an_option"):
+        command_line({"not_an_option": 1})
+
+
 def test_demo_compares_every_spec_type():
     draftless = draftless_types()
     assert default_spec_types().split(",") == draftless + list(STDLIB_CODER_DRAFTERS)
