@@ -15,13 +15,13 @@ from support.prompts import DRAFTER_PROMPTS, PI, TWO
 from specserve import LLM, SamplingParams
 from specserve.models.step_batch import StepBatch, split_by_length
 from specserve.speculative import registry
-from specserve.speculative import acceptance_schedule
+from specserve.speculative import realized_records
 from specserve.speculative.acceptance_schedule import (DECIDE_EVERY, EXPLORE_EVERY, EXPLORE_SHARE, PLAIN_EVERY,
-                                                       PRIOR, REALIZED_MIN, REALIZED_RECENT, RECHECK_AFTER,
-                                                       AcceptanceScheduler)
+                                                       PRIOR, REALIZED_MIN, RECHECK_AFTER, AcceptanceScheduler)
 from specserve.speculative.base import Draft, DraftRequest, Proposer, ProposerContext
 from specserve.speculative.driver import SpecDriver
 from specserve.speculative.draft_cost import MEASURED_AFTER
+from specserve.speculative.realized_records import REALIZED_RECENT
 from specserve.speculative.step_cost import StepCostTable
 
 PROMPTS = DRAFTER_PROMPTS[:3] + [PI[:11], [100, 101, 102, 103] * 2, TWO]
@@ -487,7 +487,7 @@ def test_scheduled_speculation_is_lossless_for_every_type(models, spec_type, mon
     monkeypatch.setitem(registry.REGISTRY, Oracle.name, Oracle)
     # the model alone decides (from the cost table): timed steps of a tiny model are noise, and would make
     # "some drafts verified" a matter of luck
-    monkeypatch.setattr(acceptance_schedule, "REALIZED_STEPS", (10 ** 9, 10 ** 9))
+    monkeypatch.setattr(realized_records, "REALIZED_STEPS", (10 ** 9, 10 ** 9))
     model, extra = _config(models, spec_type)
     reference = [o.token_ids for o in LLM(model, n_parallel=3).generate(PROMPTS, GREEDY)]
     totals = {}

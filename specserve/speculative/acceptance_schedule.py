@@ -57,12 +57,11 @@ profiled once, at start-up. So what drafting actually achieves has the last word
 emitted token of every step while the answer is "yes" (drafting steps, the plain checks and the steps
 after them that catch the drafter up: all of them are what drafting costs; not the catch-up after a
 longer pause, which is what the "no" before it cost) and of steps without
-drafting are kept per slot count (decayed sums of seconds and tokens), and while both are recent (the last REALIZED_RECENT decisions) and long
-enough (REALIZED_STEPS) the yes-or-no follows them instead of the model (within REALIZED_BAND). Once the drafting record is
-stale the model decides again, its expected speedup scaled by what the records achieved over it when
-last compared (a model that was too optimistic is not believed the next time either; the scale fades
-back to 1 by CALIBRATION_FORGET per decision, so a wrong "no" ends, and it also scales the exploring
-budget); if it says yes, the next few drafting steps refresh the record. While it drafts with no recent record of steps without drafting,
+drafting are kept per slot count (realized_records.py), and while both are recent and long enough the
+yes-or-no follows them instead of the model (within REALIZED_BAND). Once the drafting record is stale
+the model decides again, its expected speedup scaled by what the records achieved over it when last
+compared (a model that was too optimistic is not believed the next time either; the scale fades back
+to 1, so a wrong "no" ends, and it also scales the exploring budget); if it says yes, the next few drafting steps refresh the record. While it drafts with no recent record of steps without drafting,
 REALIZED_MIN steps in PLAIN_EVERY do not, to make one (left alone the model drafted at 4 slots where
 drafting ran at 0.6-0.8x); the first step without drafting after a drafting one is not timed (it runs on
 caches the draft call cooled). While drafting, each timed step is news: a "yes" is worked out again every
@@ -78,6 +77,7 @@ import numpy as np
 from .base import Draft
 from .confidence_schedule import schedule_prefix_lengths
 from .draft_cost import MEASURED_AFTER, DraftCost
+from .realized_records import RealizedRecords
 from .step_cost import StepCostTable
 
 PRIOR = 0.5          # acceptance chance assumed before any observation ...
@@ -95,19 +95,8 @@ REALIZED_BAND = (1.0, 1.03)  # ... or below the first realized speedup, and star
                      # records are measured, but their plain steps, taken between drafting ones, run slower
                      # than a stretch without drafting: at 4 slots and T=1, a band of 0.95-1.0 drafted on
                      # where whole runs lost)
-REALIZED_DECAY = 0.995  # weight kept by older steps in each record's seconds and tokens (one window for both:
-                     # the drafting record mixes drafting steps, plain checks and catch-ups, whose seconds and
-                     # tokens differ together; seconds decayed by 0.9 and tokens by 0.995 judged drafting at one
-                     # slot 0.87-0.94x where it ran 1.17x; and a window of a few hundred steps, since at T > 0
-                     # acceptance differs from request to request: with 0.98 a poorly predicted request stopped
-                     # drafting at one slot, and the "no" held into the next) ...
-REALIZED_MIN = 3     # ... made of steps without drafting REALIZED_MIN in a row (below; the first is not counted) ...
-REALIZED_STEPS = (4, 16)  # ... which decide once the plain record has this many steps and the drafting one
-                     # this many (a few unlucky drafting steps said "stop" at 4 slots where drafting paid
-                     # 1.2x, and the answer then stood until the record went stale) ...
-REALIZED_RECENT = 128  # ... the last of them within this many decisions
-PLAIN_EVERY = 16     # while drafting with no recent record of steps without it, REALIZED_MIN steps in this many do not draft
-CALIBRATION_FORGET = 1 / 1024  # share of the gap between the realized-over-model ratio and 1 forgotten per decision
+REALIZED_MIN = 3     # a plain check is steps without drafting REALIZED_MIN in a row (the first is not counted) ...
+PLAIN_EVERY = 16     # ... and while drafting with no recent record of steps without it, one comes every this many
 RECHECK_AFTER = 0.25  # seconds of steps after a slot count's first "no", on its own measurement, it is measured again
                      # (its few drafting steps then cost at most ~2 % of the time)
 DECISIVE = 1.25      # a calibrated expected speedup above this needs no plain checks (`_decisive`)
@@ -159,13 +148,12 @@ class AcceptanceScheduler:
         self.n_observed = 0                                  # observations: verified drafts, and timed steps while drafting
         self.drafted_last = False                            # the step before this one drafted
         # (slots, drafting) -> what the steps of a "yes" and the steps without drafting achieved (module docstring)
-        self.realized: dict[tuple[int, bool], RealizedRecord] = {}
+        self.realized = RealizedRecords()
         self.step_arms: tuple = ()                           # the records this step counts in: (slots, drafting)
         self.explored_slot = -1                              # the slot the last exploring step drafted for
         self.explore_seen = [GOOD_RATE * 2, 2.0]             # decayed draft tokens accepted / tried when exploring
         self.plain_check_at = -REALIZED_MIN                  # decision number where the last plain check began
         self.model_speedup = 1.0                             # the model's expected speedup at the last decision
-        self.calibration: dict[int, tuple] = {}              # slots -> (realized over model speedup, decision)
 
     @property
     def last_decision(self) -> bool | None:
@@ -217,11 +205,7 @@ class AcceptanceScheduler:
         self.elapsed += seconds
         arms, self.step_arms = self.step_arms, ()
         if tokens > 0 and not irregular:
-            for arm in arms:
-                record = self.realized.get(arm)
-                if record is None:
-                    record = self.realized[arm] = RealizedRecord()
-                record.note(seconds, tokens, self.n_decisions)
+            self.realized.note(arms, seconds, tokens, self.n_decisions)
             if arms and self.last_decision:     # what drafting achieves is news to a "yes" (a "no" waits to explore)
                 self.n_observed += 1
         arm = int(rows > base_rows)
@@ -369,9 +353,7 @@ class AcceptanceScheduler:
 
     def _plain_check(self, n_slots: int) -> bool:
         """Whether this drafting step stays plain to record what steps without drafting achieve."""
-        plain = self.realized.get((n_slots, False))
-        if plain is not None and plain.steps >= REALIZED_STEPS[0] and \
-                self.n_decisions - plain.last <= REALIZED_RECENT // 2:
+        if self.realized.plain_is_recent(n_slots, self.n_decisions):
             return False
         since = self.n_decisions - self.plain_check_at
         if since < REALIZED_MIN:                # a check is REALIZED_MIN steps in a row
@@ -385,17 +367,11 @@ class AcceptanceScheduler:
         """Whether the model, scaled by what drafting achieved when last compared at this slot count, says
         drafting pays by more than its errors (DECISIVE): then no plain checks (at one slot they were 12 % of the
         steps, each followed by a catch-up, and cost a drafter paying 1.4x about 3 %)."""
-        return n_slots in self.calibration and self.model_speedup * self.calibration_ratio(n_slots) > DECISIVE
+        return self.realized.compared(n_slots) and self.model_speedup * self.calibration_ratio(n_slots) > DECISIVE
 
     def realized_speedup(self, n_slots: int) -> float | None:
-        """Seconds per emitted token of recent steps without drafting over those of recent steady
-        drafting steps at this slot count (seconds per step over tokens per step, each decayed at its own
-        rate); None while either record is thin or old."""
-        plain, drafted = self.realized.get((n_slots, False)), self.realized.get((n_slots, True))
-        if any(r is None or r.steps < REALIZED_STEPS[arm] or self.n_decisions - r.last > REALIZED_RECENT
-               for arm, r in enumerate((plain, drafted))):
-            return None
-        return plain.seconds_per_token() / drafted.seconds_per_token()
+        """What recent steps achieved at this slot count (realized_records.py); None while thin or old."""
+        return self.realized.speedup(n_slots, self.n_decisions)
 
     def _calibrated(self, n_slots: int, model_says: bool, drafting: bool) -> bool:
         """The draft-or-not answer: what recent drafting and plain steps achieved, while both are recent;
@@ -403,24 +379,16 @@ class AcceptanceScheduler:
         model that promised 2x where drafting achieved 0.8x is not believed the next time either)."""
         realized = self.realized_speedup(n_slots)
         if realized is not None:
-            ratio = min(max(realized / max(self.model_speedup, 1e-9), 0.1), 10.0)
-            self.calibration[n_slots] = (ratio, self.n_decisions)
+            self.realized.calibrate(n_slots, realized, self.model_speedup, self.n_decisions)
             return realized > REALIZED_BAND[0 if drafting else 1]
-        if not self.calibration:
+        if not self.realized.compared():
             return model_says
         return self.model_speedup * self.calibration_ratio(n_slots) > (KEEP_DRAFTING if drafting else RESTART)
 
     def calibration_ratio(self, n_slots: int) -> float:
-        """Realized over expected speedup when last compared at this slot count, or at the nearest one that
-        was compared (the model errs alike at 3 slots and at 4: uncalibrated, a request that finished turned a
-        4-slot "no" into a 3-slot "yes" for a step or two, each first catching every slot up), faded towards 1
-        by CALIBRATION_FORGET per decision since (1 before any comparison)."""
-        if not self.calibration:
-            return 1.0
-        nearest = n_slots if n_slots in self.calibration else \
-            min(self.calibration, key=lambda n: (abs(n - n_slots), -n))
-        ratio, at = self.calibration[nearest]
-        return 1.0 - (1.0 - ratio) * (1.0 - CALIBRATION_FORGET) ** (self.n_decisions - at)
+        """Realized over expected speedup when last compared at (or nearest) this slot count, faded towards 1
+        (realized_records.py)."""
+        return self.realized.ratio(n_slots, self.n_decisions)
 
     def _drafting_pays(self, slots: list[int], caps: list[int], drafting: bool) -> bool:
         """Whether drafting is expected to pay at the slots' (optimistic) rates."""
@@ -506,23 +474,3 @@ class AcceptanceScheduler:
         for row in (slot, self.pool[slot]):
             self.accepted[row] = DECAY * self.accepted[row] + accepted
             self.tried[row] = DECAY * self.tried[row] + tried
-
-
-
-class RealizedRecord:
-    """What one kind of step (slot count, drafted or not) achieved: seconds and tokens decayed by
-    REALIZED_DECAY, how many steps, and the decision of the last."""
-    __slots__ = ("seconds", "tokens", "steps", "last")
-
-    def __init__(self):
-        self.seconds = self.tokens = 0.0
-        self.steps = self.last = 0
-
-    def note(self, seconds: float, tokens: int, decision: int) -> None:
-        self.seconds = REALIZED_DECAY * self.seconds + seconds
-        self.tokens = REALIZED_DECAY * self.tokens + tokens
-        self.steps += 1
-        self.last = decision
-
-    def seconds_per_token(self) -> float:
-        return self.seconds / self.tokens
