@@ -129,8 +129,7 @@ class AcceptanceScheduler:
         # (10 % of a step), and one mean for both made drafting look cheaper than it is
         self.other = [0.0, 0.0]
         self.other_samples = [0, 0]                          # ... and how many steps each has seen
-        self.checked: set[int] = set()                       # slot counts whose first answer is known
-        self.recheck_at: dict[int, float] = {}               # ... and when (elapsed) a first "no" is checked (-1: now)
+        self.recheck_at: dict[int, float] = {}               # slots -> when (elapsed) a first "no" is checked (-1: now)
         self.last_drafted = [-1] * n_slots                   # decision number of each slot's last draft
         self.n_decisions = 0
         self.steady = False                                  # this step's drafting slots all drafted the step before
@@ -312,16 +311,15 @@ class AcceptanceScheduler:
             # answer is worked out as if drafting (the model is not calibrated yet, and the records need
             # drafting steps: a first "no" at 0.97x kept a fresh 4-slot engine from drafting at T=0 where it
             # paid 1.25x)
+            first = len(slots) not in self.answers
             was = self.answers.get(len(slots), True)
             model_says = self._drafting_pays(slots, caps, was)
             self.answers[len(slots)] = self._calibrated(len(slots), model_says, was)
-            if len(slots) not in self.checked:
+            if first and not self.last_decision and len(slots) in self.draft_cost.steady:
                 # a first "no" rests on this slot count's first drafting steps, which run slow (an engine's
                 # first calls; in a server, its first requests): priced so, a 1-slot server said "no" to DSpark
                 # for good where drafting paid 1.26x. Only a "no" on its own measurement is checked, once.
-                self.checked.add(len(slots))
-                if not self.last_decision and len(slots) in self.draft_cost.steady:
-                    self.recheck_at[len(slots)] = self.elapsed + RECHECK_AFTER
+                self.recheck_at[len(slots)] = self.elapsed + RECHECK_AFTER
             self.draft_length = self.paying_length
             if not self.last_decision:
                 self._price_exploring(len(slots), self._longest(caps))
