@@ -18,7 +18,8 @@ REV of the code (benchmarks/revisions.py): `HEAD~1@draft-dspark draft-dspark` me
 commit did to DSpark. At T=0 it also says whether each configuration's tokens equal the first one's.
 
     .venv/bin/python benchmarks/interleaved.py none draft-mtp draft-mtp:int8 draft-dspark::6:s
-        [-T 0] [-np 1] [-n 128] [--repeats 3] [--sets code,free-text] [--out runs/interleaved.json]
+        [-T 0] [--top-k 0 --top-p 1 --min-p 0] [-np 1] [-n 128] [--repeats 3] [--sets code,free-text]
+        [--out runs/interleaved.json]
 """
 from __future__ import annotations
 
@@ -82,6 +83,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("configs", nargs="+", help="SPEC[:QUANT[:N_MAX[:FLAGS[:OPTIONS]]]]; the first is the baseline")
     parser.add_argument("-T", "--temperature", type=float, default=0.0)
+    parser.add_argument("--top-k", type=int, default=0, help="the requests' top-k (0: off)")
+    parser.add_argument("--top-p", type=float, default=1.0)
+    parser.add_argument("--min-p", type=float, default=0.0)
     parser.add_argument("-np", "--parallel", type=int, default=1, help="slots; above 1 the set is batched")
     parser.add_argument("-n", "--n-tokens", type=int, default=128)
     parser.add_argument("--repeats", type=int, default=3)
@@ -101,8 +105,9 @@ def main() -> None:
         for u, unit in enumerate(units):
             order = range(len(engines)) if (u + rep) % 2 == 0 else reversed(range(len(engines)))
             for j in order:
-                params = [SamplingParams(temperature=args.temperature, max_tokens=args.n_tokens, ignore_eos=True,
-                                         seed=i) for i in unit]
+                params = [SamplingParams(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
+                                         min_p=args.min_p, max_tokens=args.n_tokens, ignore_eos=True, seed=i)
+                          for i in unit]
                 c0 = time.process_time()
                 outs = engines[j].generate([prompts[i] for i in unit], params)
                 cpu[j][rep] += time.process_time() - c0
@@ -114,7 +119,8 @@ def main() -> None:
                         outputs[j].append(o.token_ids)
     best0, median0 = min(cpu[0]), statistics.median(cpu[0])
     rows = []
-    print(f"T={args.temperature:g}, {args.parallel} slot(s), sets {args.sets}, {args.n_tokens} tokens, "
+    sampler = f"top-k {args.top_k}, top-p {args.top_p:g}, min-p {args.min_p:g}"
+    print(f"T={args.temperature:g} ({sampler}), {args.parallel} slot(s), sets {args.sets}, {args.n_tokens} tokens, "
           f"{args.repeats} repeats; CPU seconds of one repeat; speedup over {args.configs[0]}")
     print(f"{'configuration':<28} {'best s':>8} {'median s':>9} {'tau':>6} {'best':>7} {'median':>7}  same tokens")
     for j, config in enumerate(args.configs):

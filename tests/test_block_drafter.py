@@ -3,6 +3,7 @@ training-mask forward, the Markov chain matches its teacher-forced form, and bad
 import itertools
 import json
 import shutil
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -157,7 +158,8 @@ def test_serving_confidence_equals_the_head(tmp_path, target_dir, target):
 def test_native_draft_call_equals_the_pytorch_pipeline(tmp_path, target_dir, layout, rope, cut):
     """One native call (layers, lm_head, Markov chain, confidence head) gives the drafts, logits, rows and
     confidences of the PyTorch pipeline forward_cached -> lm_head -> run_block_chain -> confidence, greedy and
-    sampled, for slots with context; also with the lm_head cut to some tokens (--spec-draft-vocab)."""
+    sampled (also with a request's top-k, top-p and min-p), for slots with context; also with the lm_head cut to
+    some tokens (--spec-draft-vocab)."""
     d = write_block_drafter(tmp_path / "d", target_dir, "specserve", block_size=6, layout=layout, **DSPARK)
     if rope:                    # RoPE tables that depend on the length: the call is given its rows
         _edit_config(d, rope_scaling=rope, max_position_embeddings=16)
@@ -185,17 +187,19 @@ def test_native_draft_call_equals_the_pytorch_pipeline(tmp_path, target_dir, lay
     block[:, 0] = anchors = torch.tensor([7, 30])
     with torch.inference_mode():
         sampled = (torch.tensor([0.8, 1.3]), draft_uniforms([gen, gen], [True, True], n))
-        for (temps, noise), markov in itertools.product(((None, None), sampled), (True, False)):   # DSpark, DFlash
+        filters = [SimpleNamespace(top_k=5, top_p=1.0, min_p=0.0), SimpleNamespace(top_k=0, top_p=0.8, min_p=0.05)]
+        for (temps, noise, samplers), markov in itertools.product(
+                ((None, None, None), (*sampled, None), (*sampled, filters)), (True, False)):   # DSpark, DFlash
             for c in (cache, ref_cache):
                 c.lengths = [0, 0, 0]
             hidden, tokens, logits, q, confidence = native.draft_native(cache, feats, ctx_slots, ctx_pos, slots, pos0,
                                                                         block, n, anchors, markov, temps, noise,
-                                                                        confidence=markov)
+                                                                        confidence=markov, samplers=samplers)
             rows = native.draft_rows(hidden)
             ref_rows = reference.draft_rows(reference.forward_cached(ref_cache, feats, ctx_slots, ctx_pos, slots, pos0,
                                                                      block))
             chain = run_block_chain(reference.logits(ref_rows), anchors, reference.markov_head if markov else None,
-                                    temps, noise, reference.vocab_ids)
+                                    temps, noise, reference.vocab_ids, samplers)
             torch.testing.assert_close(rows, ref_rows.float(), atol=2e-4, rtol=1e-4)
             torch.testing.assert_close(logits, chain.logits, atol=2e-3, rtol=1e-4)
             assert torch.equal(tokens, chain.tokens)
@@ -203,6 +207,8 @@ def test_native_draft_call_equals_the_pytorch_pipeline(tmp_path, target_dir, lay
             assert not cut or set(tokens.flatten().tolist()) <= set(kept.tolist())
             if noise is not None:           # the distributions drawn from, which the verifier receives
                 torch.testing.assert_close(q, chain.q, atol=1e-6, rtol=1e-4)
+                if samplers:                # q is the request's sampler: slot 0 keeps its top 5
+                    assert int((q[0] > 0).sum(-1).max()) == 5
             assert (native.rope.rope_type == "dynamic") == bool(rope)
             if markov:                      # the confidence head, evaluated inside the same call
                 np.testing.assert_allclose(confidence, reference.confidence(ref_rows.float(), chain.prev), atol=1e-5)

@@ -8,7 +8,7 @@ import pytest
 
 from specserve import LLM, SamplingParams
 from specserve import kernels
-from specserve.bundled import (AMX_N_MAX, NO_AMX_DRAFT_VOCAB, NO_AMX_N_MAX_SAMPLED, NO_INT8_DOT_QUANT,
+from specserve.bundled import (AMX_N_MAX, CHAIN_DRAFTERS, NO_AMX_DRAFT_VOCAB, NO_AMX_N_MAX_SAMPLED, NO_INT8_DOT_QUANT,
                                STDLIB_CODER, STDLIB_CODER_DRAFTERS, served_options, shipped_drafters)
 from specserve.commands.demo import default_spec_types
 from specserve.errors import OptionError
@@ -55,13 +55,15 @@ def test_bundled_drafter_is_accepted_and_lossless(baseline, spec_type, quant):
     n_max, n_sampled = AMX_N_MAX[spec_type] if amx else (n_max, n_max)    # with AMX rows cost little at T=0
     vocab = 0
     if kernels.mode() == "native" and not amx:      # without AMX every verified row costs
-        n_sampled, vocab = NO_AMX_N_MAX_SAMPLED, NO_AMX_DRAFT_VOCAB.get(spec_type, 0)
+        n_sampled, vocab = NO_AMX_N_MAX_SAMPLED.get(spec_type, 0), NO_AMX_DRAFT_VOCAB.get(spec_type, 0)
     options = served_options(spec_type) if quant == "served" else {"spec_draft_n_max": n_max}
     assert options["spec_draft_n_max"] == n_max
     assert options.get("spec_draft_n_max_sampled", n_max) == (n_sampled if quant == "served" else n_max)
     q8 = kernels.mode() == "native" and kernels.has_int8_dot()
     assert options.get("quant_draft") == (("q8" if q8 else NO_INT8_DOT_QUANT.get(spec_type)) if quant else None)
     assert options.get("spec_draft_vocab", 0) == (vocab if quant else 0)
+    # the chains' drafts for sampled requests are sampled from the request's sampler, where there are any
+    assert options.get("spec_draft_sample", False) == bool(quant and spec_type in CHAIN_DRAFTERS and n_sampled)
     llm = LLM(BUNDLED_MODEL, draft_model=folder, spec_type=spec_type, n_parallel=2, **options)
     assert llm.engine.driver.max_draft() == n_max
     outs = llm.generate(PROMPTS, SamplingParams(temperature=0, max_tokens=48, ignore_eos=True))

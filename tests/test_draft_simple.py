@@ -96,6 +96,7 @@ def test_draft_loop_rules():
 
 
 def test_sampled_drafts_carry_their_distribution():
+    """A sampled draft is drawn from the request's own sampler over the draft's logits, and carries it."""
     step, _ = _fixed_step([0.6, 0.6, 0.6])
     drafts = run_chain([_req(0, temperature=0.7)], [ChainRows(0, torch.tensor([1]), 0)], step,
                        _settings(3, 0, 0.0, True), 50)
@@ -103,7 +104,12 @@ def test_sampled_drafts_carry_their_distribution():
     assert d.q_probs.shape == (3, 50)
     assert torch.allclose(d.q_probs.sum(-1), torch.ones(3))
     assert all(d.q_probs[i, t] > 0 for i, t in enumerate(d.tokens))
-    assert (d.q_probs[0] > 0).sum() == 10                      # the top-10 support
+    assert (d.q_probs[0] > 0).sum() == 11                      # every token with mass, not only a top 10
+    step, _ = _fixed_step([0.6, 0.6, 0.6])
+    req = _req(0, temperature=0.7)
+    req.top_k = 1                                              # the request's top-k: q is its one token
+    d = run_chain([req], [ChainRows(0, torch.tensor([1]), 0)], step, _settings(3, 0, 0.0, True), 50)[0]
+    assert d.tokens == [10, 11, 12] and d.q_probs[[0, 1, 2], [10, 11, 12]].tolist() == [1.0, 1.0, 1.0]
 
 
 # ---------------------------------------------------------------------------- lossless
@@ -136,7 +142,9 @@ def test_one_call_chain_drafts_what_the_step_loop_drafts(tiny_qwen3, near_draft,
     counters), at 1 and 3 slots with per-request caps, greedy and sampled (--spec-draft-sample), with
     and without a --spec-draft-p-min cut."""
     from specserve.speculative.draft_simple import DraftSimple
-    params = [SamplingParams(temperature=temperature, max_tokens=24, ignore_eos=True, seed=i) for i in range(len(PROMPTS))]
+    sampler = dict(top_k=20, top_p=0.9, min_p=0.02) if temperature else {}       # q follows the request's sampler
+    params = [SamplingParams(temperature=temperature, max_tokens=24, ignore_eos=True, seed=i, **sampler)
+              for i in range(len(PROMPTS))]
 
     def run(one_call: bool):
         monkeypatch.setattr(DraftSimple, "_one_call", lambda self: one_call)

@@ -6,6 +6,7 @@ import json
 
 import numpy as np
 import pytest
+import torch
 
 from support.block_drafters import write_block_drafter
 from support.model_drafters import add_mtp, perturbed_copy, write_eagle3
@@ -13,7 +14,6 @@ from support.models import write_model
 from support.prompts import DRAFTER_PROMPTS as PROMPTS
 from specserve import LLM, SamplingParams, kernels
 from specserve.errors import OptionError
-from specserve.speculative.candidate_q import dense_q
 from specserve.speculative.draft_simple import DraftSimple
 from specserve.speculative.draft_vocab import kept_token_ids
 from specserve.speculative.hidden_chain import HiddenChainProposer
@@ -52,7 +52,7 @@ def run(target, spec_type, n_parallel=1, temperature=0.0, **options):
         for d in result.values():
             drafts.extend(d.tokens)
             if d.q_probs is not None:
-                support.extend(dense_q(d.q_probs).nonzero()[:, -1].tolist())
+                support.extend(torch.as_tensor(d.q_probs).nonzero()[:, -1].tolist())
         return result
 
     llm.engine.driver.draft = spy

@@ -2,12 +2,12 @@
 must be the ones the step-by-step loop gives, for every head layout, at 1 and 3 slots, greedy and with
 drafts sampled at T > 0 (the same uniforms of the request's generator)."""
 import pytest
+import torch
 
 from support.model_drafters import add_mtp, write_eagle3
 from support.models import write_model
 from support.prompts import DRAFTER_PROMPTS as PROMPTS
 from specserve import LLM, SamplingParams, kernels
-from specserve.speculative.candidate_q import dense_q
 from specserve.speculative.hidden_chain import HiddenChainProposer
 
 pytestmark = pytest.mark.skipif(kernels.requested() == "torch", reason="SPECSERVE_KERNELS=torch")
@@ -25,7 +25,7 @@ def record_drafts(llm) -> list:
 
     def spy(requests):
         result = draft(requests)
-        seen.extend((slot, list(d.tokens), None if d.q_probs is None else dense_q(d.q_probs).nonzero().tolist())
+        seen.extend((slot, list(d.tokens), None if d.q_probs is None else torch.as_tensor(d.q_probs).nonzero().tolist())
                     for slot, d in sorted(result.items()))
         return result
 

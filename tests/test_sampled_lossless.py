@@ -5,18 +5,16 @@ distribution of the tokens at positions 2 and 3 (the ones verified against draft
 compared with the exact distribution computed from the model's own logits, for plain
 sampling, one-hot drafts (sample-and-compare) and drafts that carry q (rejection sampling).
 """
-import numpy as np
 import pytest
 import torch
 
 from support.distribution import VOCAB, assert_target_pair_distribution, chi_square_p_value
 from support.proposers import FixedQ
-from specserve import LLM, SamplingParams, kernels
+from specserve import LLM, kernels
 from specserve.kernels import sampling as native_sampling
 from specserve.speculative import registry
 from specserve.sampling import draw_with_uniform
-from specserve.speculative.candidate_q import CandidateQ
-from specserve.speculative.verify import verify, verify_greedy, verify_rejection, verify_sample_compare
+from specserve.speculative.verify import verify_greedy, verify_rejection, verify_sample_compare
 
 
 @pytest.mark.parametrize("mode", ["none", "one-hot", "with-q"])
@@ -99,27 +97,6 @@ def test_native_call_follows_the_rules_with_the_generators_uniforms():
         else:
             assert out == _rule(draft, p, q, uniforms)
         assert gen.get_state().equal(again.get_state())
-
-
-@pytest.mark.skipif(kernels.requested() == "torch", reason="SPECSERVE_KERNELS=torch")
-def test_candidate_q_verifies_as_its_dense_rows():
-    """A chain's q given as its top candidates per row (CandidateQ) emits exactly what the same q laid out
-    as dense rows does, with the same uniforms."""
-    gen = torch.Generator().manual_seed(5)
-    for trial in range(300):
-        k, vocab, width, settings = 1 + trial % 4, 50, 10, SETTINGS[trial % 4]
-        logits = torch.randn(k + 1, vocab, generator=gen) * 2
-        ids = np.stack([torch.randperm(vocab, generator=gen)[:width].numpy() for _ in range(k)])
-        probs = torch.softmax(torch.randn(k, width, generator=gen), -1).numpy()
-        q = CandidateQ(ids, probs, vocab)
-        draft = [int(ids[i, torch.multinomial(torch.from_numpy(probs[i]), 1, generator=gen)]) for i in range(k)]
-        params = SamplingParams(temperature=settings[3], top_k=settings[0], top_p=settings[1], min_p=settings[2])
-        state = gen.get_state()
-        out = verify(logits, draft, q, params, gen)
-        dense = verify(logits, draft, q.dense(), params, torch.Generator().set_state(state))
-        assert out == dense
-    with pytest.raises(ValueError, match="does not fit"):            # a candidate outside the vocabulary
-        verify(logits, draft, CandidateQ(ids + vocab, probs, vocab), params, gen)
 
 
 @pytest.mark.skipif(kernels.requested() == "torch", reason="SPECSERVE_KERNELS=torch")

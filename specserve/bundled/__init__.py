@@ -22,12 +22,15 @@ STDLIB_CODER_DRAFTERS = {
 AMX_N_MAX = {"draft-simple": (6, 2), "draft-eagle3": (8, 2), "draft-mtp": (10, 3), "draft-dflash": (6, 2),
              "draft-dspark": (8, 3)}
 # without AMX a verified row is real work (AVX2: the second row costs about a quarter of a one-row
-# forward, each further one half; AVX-512: a fifth each), and no drafter pays for sampled requests,
-# whose drafts are rarely accepted: they are not drafted for (T=1, 1 slot, q8 drafts, interleaved;
-# AVX2: MTP 0.67-0.71x drafting one token, DSpark 0.60x, not drafting 0.90-1.04x; AVX-512 without
-# AMX: every model drafter 0.62-0.80x drafting, MTP 0.86-0.89x at one draft, not drafting
-# 0.96-0.98x; docs/model-drafters.md)
-NO_AMX_N_MAX_SAMPLED = 0
+# forward, each further one half; AVX-512: a fifth each), and sampled requests, whose drafts are accepted
+# less often, are drafted for only by MTP, the one drafter measured to pay for them there (T=1, 1 slot, q8
+# drafts sampled from the request's sampler, interleaved, AVX-512 without AMX: MTP at 3 drafts 1.06-1.10x,
+# draft-simple 0.98-1.00x, EAGLE-3 at 2 0.95x, DSpark 0.80x; docs/model-drafters.md); the others do not
+# draft for them, and run at parity
+NO_AMX_N_MAX_SAMPLED = {"draft-mtp": 3}
+# the chains draft for sampled requests with drafts sampled from the request's sampler (--spec-draft-sample),
+# which are accepted far more often than greedy drafts verified one-hot
+CHAIN_DRAFTERS = ("draft-simple", "draft-eagle3", "draft-mtp")
 # there a draft's lm_head over the whole 4096-token vocabulary is a large part of a draft call: the
 # drafters draft among the 2048 most frequent tokens (--spec-draft-vocab, ranked in the target folder's
 # token_ranking.json). T=0, 1 slot, interleaved, over no speculation: AVX-512 without AMX (two or three
@@ -68,16 +71,19 @@ def served_n_max(spec_type: str, sampled: bool = False) -> int:
     if _rows_nearly_free():
         return AMX_N_MAX[spec_type][1 if sampled else 0]
     if sampled and _rows_cost():
-        return NO_AMX_N_MAX_SAMPLED
+        return NO_AMX_N_MAX_SAMPLED.get(spec_type, 0)
     return STDLIB_CODER_DRAFTERS[spec_type][1]
 
 
 def served_options(spec_type: str) -> dict:
-    """The options a shipped drafter is served with on this CPU: its draft lengths, its weights and, where
-    measured to pay, its draft vocabulary."""
+    """The options a shipped drafter is served with on this CPU: its draft lengths, its weights, whether its
+    drafts for sampled requests are sampled and, where measured to pay, its draft vocabulary."""
     options = {"spec_draft_n_max": served_n_max(spec_type)}
-    if served_n_max(spec_type, sampled=True) != options["spec_draft_n_max"]:
-        options["spec_draft_n_max_sampled"] = served_n_max(spec_type, sampled=True)
+    n_sampled = served_n_max(spec_type, sampled=True)
+    if n_sampled != options["spec_draft_n_max"]:
+        options["spec_draft_n_max_sampled"] = n_sampled
+    if spec_type in CHAIN_DRAFTERS and n_sampled > 0:
+        options["spec_draft_sample"] = True
     quant = served_quant(spec_type)
     if quant:
         options["quant_draft"] = quant

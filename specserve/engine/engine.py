@@ -207,8 +207,9 @@ class Engine:
             if r.params.max_tokens is not None:
                 n_max = min(n_max, r.params.max_tokens - len(r.output_ids) - 1)
             if n_max > 0:
+                p = r.params
                 requests.append(DraftRequest(r.slot, n_max, r.n_cached, r.id_last, r.tokens[:r.n_cached],
-                                             r.params.temperature, r.generator))
+                                             p.temperature, r.generator, top_k=p.top_k, top_p=p.top_p, min_p=p.min_p))
         drafts = self.driver.draft(requests) if requests else {}
         for slot, d in drafts.items():
             self.slots[slot].draft_stats.n_draft_tokens += len(d.tokens)

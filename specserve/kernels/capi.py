@@ -50,14 +50,16 @@ class BlockDraft(ctypes.Structure):
                 ("ctx_pos", c_void_p), ("slot", c_void_p), ("pos0", c_void_p), ("attn", Attention),
                 ("hidden_out", c_void_p), ("first_draft_row", c_int64), ("n_draft", c_int64), ("logits", c_void_p),
                 ("tokens", c_void_p), ("w2t", c_void_p), ("w1", c_void_p), ("rank", c_int64),
-                ("markov_table", c_void_p), ("anchors", c_void_p), ("temperature", c_void_p), ("uniforms", c_void_p),
+                ("markov_table", c_void_p), ("anchors", c_void_p), ("temperature", c_void_p), ("top_k", c_void_p),
+                ("top_p", c_void_p), ("min_p", c_void_p), ("uniforms", c_void_p),
                 ("q", c_void_p), ("conf_w", c_void_p), ("conf_per_token", c_void_p), ("conf_bias", c_float),
                 ("confidence", c_void_p), ("id_map", c_void_p)]
 
 
 class ChainPick(ctypes.Structure):
-    _fields_ = [("top_k", c_int32), ("n_steps", c_int64), ("temperature", c_void_p), ("uniforms", c_void_p),
-                ("cand_ids", c_void_p), ("cand_q", c_void_p), ("p_min", c_float), ("top_prob", c_void_p)]
+    _fields_ = [("p_min_k", c_int32), ("n_steps", c_int64), ("temperature", c_void_p), ("top_k", c_void_p),
+                ("top_p", c_void_p), ("min_p", c_void_p), ("uniforms", c_void_p), ("q", c_void_p),
+                ("q_vocab", c_int64), ("p_min", c_float), ("top_prob", c_void_p)]
 
 
 class HeadChain(ctypes.Structure):
@@ -85,7 +87,7 @@ _SIGNATURES = {
     "ss_sampling_probs": (None, [c_void_p, c_int64, c_int64, c_int32, c_float, c_float, c_float, c_void_p]),
     "ss_sample": (None, [c_void_p, c_int64, c_int64, c_void_p, c_void_p]),
     "ss_verify_logits": (c_int64, [c_void_p, c_int64, c_int64, c_int32, c_float, c_float, c_float, c_void_p, c_void_p,
-                                   c_int32, c_void_p, c_void_p, c_void_p]),
+                                   c_void_p, c_void_p]),
     "ss_block_draft_forward": (c_int32, [POINTER(Model), POINTER(BlockDraft)]),
     "ss_markov_table": (None, [c_void_p, c_void_p, c_int64, c_int64, c_void_p]),
     "ss_head_draft_chain": (c_int32, [POINTER(Model), POINTER(HeadChain), c_int64, c_void_p, c_void_p]),

@@ -34,24 +34,18 @@ def sample(probs: torch.Tensor, generator: torch.Generator | None) -> torch.Tens
 
 
 def verify_logits(logits: torch.Tensor, draft: list[int], q_probs, top_k: int, top_p: float, min_p: float,
-                  temperature: float, generator: torch.Generator | None, first_row: int = 0,
-                  q_ids: np.ndarray | None = None) -> list[int]:
+                  temperature: float, generator: torch.Generator | None, first_row: int = 0) -> list[int]:
     """One slot's verification in one call, from its logits rows [first_row, first_row + k + 1) of [R, V]
-    (speculative/verify.py; read in place, not sliced): rejection sampling with q_probs [>= k, V] (or, with
-    q_ids [>= k, W], each row's W candidates and q_probs [>= k, W] their probabilities, numpy), sample and
-    compare (which with no draft is plain sampling) without.
+    (speculative/verify.py; read in place, not sliced): rejection sampling with q_probs [>= k, V] (a tensor,
+    or numpy: a native draft's q rows), sample and compare (which with no draft is plain sampling) without.
     Same k + 1 uniforms of the generator as `sample(sampling_probs(...))` and the rejection rule, but a
     row's distribution is worked out only when the drafts before it were accepted, and no tensor is made
     per call beyond the uniforms: right after a forward, each small tensor operation costs several µs."""
     k = len(draft)
     x = logits if logits.dtype == torch.float32 and logits.is_contiguous() else logits.float().contiguous()
     vocab = x.shape[-1]
-    q, q_ptr, ids_ptr, width = None, None, None, 0
-    if q_ids is not None:
-        q, ids = np.ascontiguousarray(q_probs[:k], dtype=np.float32), np.ascontiguousarray(q_ids[:k], dtype=np.int64)
-        fits = q.shape == ids.shape and q.shape[0] == k
-        q_ptr, ids_ptr, width = q.ctypes.data, ids.ctypes.data, q.shape[1]
-    elif isinstance(q_probs, np.ndarray):     # a native block draft's q rows (numpy: cheaper to slice)
+    q, q_ptr = None, None
+    if isinstance(q_probs, np.ndarray):     # a native draft's q rows (numpy: cheaper to slice)
         q = np.ascontiguousarray(q_probs[:k], dtype=np.float32)
         fits = q.shape == (k, vocab)
         q_ptr = q.ctypes.data
@@ -66,7 +60,7 @@ def verify_logits(logits: torch.Tensor, draft: list[int], q_probs, top_k: int, t
     uniforms = draw_uniforms(generator, k + 1)
     token = ctypes.c_int64()
     n = library().ss_verify_logits(x.data_ptr() + first_row * vocab * 4, k, vocab, top_k, top_p, min_p, temperature,
-                                   q_ptr, ids_ptr, width, (ctypes.c_int64 * max(k, 1))(*draft), uniforms.ctypes.data,
+                                   q_ptr, (ctypes.c_int64 * max(k, 1))(*draft), uniforms.ctypes.data,
                                    ctypes.byref(token))
     if n < 0:
         raise ValueError(_misfit(draft, q_probs, logits))

@@ -345,13 +345,14 @@ class BlockDrafter(nn.Module):
         return self._call
 
     def draft_native(self, cache, ctx_feats, ctx_slots, ctx_positions, slots, pos0, block_tokens, n_draft: int,
-                     anchors: np.ndarray, markov: bool, temperatures=None, uniforms=None, confidence: bool = False):
+                     anchors: np.ndarray, markov: bool, temperatures=None, uniforms=None, confidence: bool = False,
+                     samplers=None):
         """The whole draft in one native call: (the block's final-normed rows [S, nb, H], tokens [S, n],
         logits [S, n, V] after the Markov bias, q [S, n, V] of the sampled slots or None, the confidence
         head's predictions [S, n] (numpy) when `confidence`, else None); all but q are overwritten by the next
         draft of the same shape. Index arrays (slots, positions, block tokens, anchors) may be numpy arrays."""
         return self.native_call().draft(cache, ctx_feats, ctx_slots, ctx_positions, slots, pos0, block_tokens,
-                                         n_draft, anchors, markov, temperatures, uniforms, confidence)
+                                         n_draft, anchors, markov, temperatures, uniforms, confidence, samplers)
 
     # ------------------------------------------------------------------ training forward
     def forward_train(self, ctx_feats: torch.Tensor, anchors: torch.Tensor, block_tokens: torch.Tensor,

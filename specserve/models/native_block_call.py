@@ -157,10 +157,11 @@ class NativeBlockCall:
         return shape.hidden
 
     def draft(self, cache: KVCache, ctx_feats, ctx_slots, ctx_positions, slots, pos0, block_tokens, n_draft: int,
-              anchors, markov: bool, temperatures=None, uniforms=None, confidence: bool = False):
+              anchors, markov: bool, temperatures=None, uniforms=None, confidence: bool = False, samplers=None):
         """(the block's final-normed rows [S, nb, H], tokens [S, n], logits [S, n, V] after the Markov bias,
         q [S, n, V] of the sampled slots or None, the confidence head's predictions [S, n] (numpy) when
-        `confidence`, else None). All are buffers of this shape's next draft too."""
+        `confidence`, else None). All are buffers of this shape's next draft too. `samplers` [S]: the
+        sampled slots' requests (DraftRequest: top_k, top_p, min_p; None: no filter)."""
         n_slots, nb = block_tokens.shape
         shape = self.shape(n_slots, nb, n_draft)
         keep = self._load(shape, ctx_feats, ctx_slots, ctx_positions, slots, pos0, block_tokens)
@@ -169,6 +170,7 @@ class NativeBlockCall:
         sampling = uniforms is not None
         if sampling:
             chain.temperatures[:] = _numpy(temperatures)
+            chain.set_samplers(samplers or [None] * n_slots)
             chain.uniforms[:] = uniforms
         self.run(shape, cache, int(shape.index[1].max()) + nb, markov, sampling, confidence)
         del keep

@@ -17,7 +17,8 @@ class NativeChain:
     buffers reused by every call of this shape, which the call's struct points at once (`point`).
 
     Its inputs are buffers too, written in place before each call: anchors [S], and for slots that sample,
-    temperatures [S] (0: greedy) and uniforms [S, n]; their q [S, n, V] (the distributions drawn from,
+    temperatures [S] (0: greedy), the rest of their samplers (top_k, top_p, min_p [S]: `set_samplers`) and
+    uniforms [S, n]; their q [S, n, V] (the distributions drawn from,
     which the verifier reads in the same engine step) is filled too. `set` says which of them the call
     reads. With confidence weights the confidence head's predictions [S, n] are filled as well.
     `tokens_np` and `q_np` are numpy views of the tokens and q (slicing them costs a tenth of a tensor's)."""
@@ -30,6 +31,9 @@ class NativeChain:
         self.confidence = np.empty((n_slots, n_draft), dtype=np.float32)
         self.anchors = np.empty(n_slots, dtype=np.int64)
         self.temperatures = np.zeros(n_slots, dtype=np.float32)
+        self.top_k = np.zeros(n_slots, dtype=np.int32)
+        self.top_p = np.ones(n_slots, dtype=np.float32)
+        self.min_p = np.zeros(n_slots, dtype=np.float32)
         self.uniforms = np.zeros((n_slots, n_draft), dtype=np.float64)
         self.q_buffer = torch.empty(n_slots, n_draft, vocab)
         self.q_np = self.q_buffer.numpy()
@@ -40,7 +44,13 @@ class NativeChain:
         step.first_draft_row, step.n_draft = first_draft_row, self.n_draft
         step.logits, step.tokens = self.logits.data_ptr(), self.tokens.data_ptr()
         step.anchors, step.q = self.anchors.ctypes.data, self.q_buffer.data_ptr()
-        self._sampling_ptrs = (self.temperatures.ctypes.data, self.uniforms.ctypes.data)
+        self._sampling_ptrs = tuple(a.ctypes.data for a in (self.temperatures, self.top_k, self.top_p, self.min_p,
+                                                            self.uniforms))
+
+    def set_samplers(self, requests) -> None:
+        """Each slot's top_k, top_p and min_p from its request (a DraftRequest; None: no filter)."""
+        for i, r in enumerate(requests):
+            self.top_k[i], self.top_p[i], self.min_p[i] = (0, 1.0, 0.0) if r is None else (r.top_k, r.top_p, r.min_p)
 
     def set(self, step: capi.BlockDraft, markov_ptrs: tuple, sampling: bool, confidence: tuple | None) -> None:
         """What the next call reads besides the buffers: DSpark's Markov head as (W1, W2^T, table or None
@@ -51,7 +61,8 @@ class NativeChain:
             step.rank = 0
         else:
             step.w1, step.w2t, step.markov_table, step.rank = markov_ptrs
-        step.temperature, step.uniforms = self._sampling_ptrs if sampling else (None, None)
+        step.temperature, step.top_k, step.top_p, step.min_p, step.uniforms = \
+            self._sampling_ptrs if sampling else (None,) * 5
         self.q = self.q_buffer if sampling else None
         if confidence is None:
             step.conf_w = step.conf_per_token = step.confidence = None

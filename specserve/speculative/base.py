@@ -20,7 +20,6 @@ from ..models.step_batch import StepBatch
 from ..models.tap_store import TapStore
 from ..models.transformer import ForwardOutput
 from ..option import Option
-from .candidate_q import CandidateQ
 from .draft_options import draft_settings
 
 
@@ -36,14 +35,17 @@ class DraftRequest:
     # --spec-schedule's draft length, the same for every slot of a step: more tokens would not be
     # verified, so a drafter need not draft them (0: no scheduler)
     n_scheduled: int = 0
+    # the rest of the request's sampler: drafters that sample draw from the same chain over their logits
+    top_k: int = 0
+    top_p: float = 1.0
+    min_p: float = 0.0
 
 
 @dataclass
 class Draft:
     tokens: list[int]
-    # [k, V]: the distributions the tokens were sampled from (a chain's: a CandidateQ of their top-10; a
-    # native block draft's: numpy)
-    q_probs: torch.Tensor | np.ndarray | CandidateQ | None = None
+    # [k, V]: the distributions the tokens were sampled from (a native draft's: numpy)
+    q_probs: torch.Tensor | np.ndarray | None = None
     confidence: list[float] | None = None     # [k]: predicted acceptance per position (DSpark)
 
     def truncate(self, n: int) -> "Draft":

@@ -188,7 +188,7 @@ class DFlash(Proposer):
             uniforms = draft_uniforms([r.generator for r in reqs], sampling, n_draft)
         markov = drafter.markov_head if self.uses_markov else None
         return hidden, run_block_chain(drafter.logits(drafter.draft_rows(hidden)[:, :n_draft]), anchors, markov,
-                                       temps, uniforms, drafter.vocab_ids)
+                                       temps, uniforms, drafter.vocab_ids, reqs)
 
     def _run_native(self, reqs: list[DraftRequest], chunks, sampling: list[bool], n_draft: int):
         """_run_block on the native kernels: the inputs written into the call's buffers for this shape (each
@@ -212,6 +212,7 @@ class DFlash(Proposer):
         sampled = draft_uniforms([r.generator for r in reqs], sampling, n_draft, chain.uniforms) is not None
         if sampled:
             chain.temperatures[:] = [r.temperature if on else 0.0 for r, on in zip(reqs, sampling)]
+            chain.set_samplers(reqs)
         call.run(shape, self.cache, max(pos0) + nb, self.uses_markov, sampled, self.confidence_wanted)
         return shape.hidden, BlockChain(chain.tokens_np, chain.logits, chain.anchors, chain.q_np if sampled else None,
                                         chain.confidence if self.confidence_wanted else None)

@@ -17,8 +17,9 @@ DRAFT_OPTIONS = [
     Option(("--spec-draft-p-min", "--draft-p-min"), "spec_draft_p_min", float, 0.0,
            "stop drafting below this probability / predicted acceptance (draft-* types)"),
     Option(("--spec-draft-sample",), "spec_draft_sample", bool, False,
-           "draft-simple/eagle3/mtp at temperature > 0: sample drafts from the draft's top-10 distribution and "
-           "verify by rejection sampling with it (default: greedy drafts, verified one-hot as in llama.cpp)"),
+           "draft-simple/eagle3/mtp at temperature > 0: sample drafts from the request's own sampler (top-k, "
+           "top-p, min-p, temperature) over the draft's logits and verify by rejection sampling with that "
+           "distribution (default: greedy drafts, verified one-hot as in llama.cpp)"),
     Option(("--quant-draft",), "quant_draft", str, "none",
            "weight quantization of the draft model or head: none, int8 or q8 (as --quant; native kernels only); "
            "drafts are verified by the target, so output does not change"),

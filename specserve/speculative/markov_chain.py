@@ -3,9 +3,10 @@
     logits'_k = U_k + W2 · W1[prev_k],   prev_1 = anchor,  prev_k = draft k-1
 (docs/reference/dflash-dspark.md §3.2, §3.5). Position k can only be computed once draft k-1 is
 known, so the chain loops over the n block positions, but each step is one batched operation
-over all slots. At temperature 0 a slot takes the argmax; at T > 0 it draws from
-q_k = softmax(logits'_k / T) with one uniform of its own generator per position (the first token
-whose cumulative probability passes it), and the chain conditions on the SAMPLED token. q_k travels
+over all slots. At temperature 0 a slot takes the argmax; at T > 0 it draws from q_k, its request's
+sampler (top-k, top-p, min-p, then T) over logits'_k, with one uniform of its own generator per
+position (the first token whose cumulative probability passes it), and the chain conditions on the
+SAMPLED token. q_k travels
 with the draft: it is exactly the distribution draft k came from.
 Without a Markov head (DFlash) every position is independent and the chain is one step. On the
 native kernels the chain runs inside the drafter's one native call (kernels/native/block_draft.cpp).
@@ -20,7 +21,7 @@ import numpy as np
 import torch
 
 from ..random_stream import draw_uniforms
-from ..sampling import draw_with_uniform
+from ..sampling import SamplingParams, draw_with_uniform, target_probs
 
 
 
@@ -59,19 +60,25 @@ def draft_uniforms(generators: list[torch.Generator | None], sampling: list[bool
 
 def run_block_chain(base_logits: torch.Tensor, anchors: torch.Tensor, markov_head=None,
                     temperatures: torch.Tensor | None = None, uniforms: np.ndarray | None = None,
-                    id_map: torch.Tensor | None = None) -> BlockChain:
+                    id_map: torch.Tensor | None = None, samplers: list | None = None) -> BlockChain:
     """base_logits [S, n, V] float32; anchors [S]; temperatures [S] (<= 0: greedy); uniforms from draft_uniforms;
     id_map [V] the token id of each logit column when the lm_head was cut to some tokens (tokens are token ids,
-    logits and q keep the cut's columns)."""
+    logits and q keep the cut's columns); samplers [S] the slots' requests, whose top_k, top_p and min_p
+    filter q (DraftRequest; None: no filter)."""
     n_slots, n, vocab = base_logits.shape
     id_map = None if id_map is None else id_map.to(base_logits.device)
     sampled = [] if uniforms is None else [s for s in range(n_slots) if float(temperatures[s]) > 0]
     q = torch.zeros(n_slots, n, vocab, device=base_logits.device) if sampled else None
+    params = {}
+    for s in sampled:
+        r = samplers[s] if samplers else None
+        params[s] = SamplingParams(temperature=float(temperatures[s]), **({} if r is None else dict(
+            top_k=r.top_k, top_p=r.top_p, min_p=r.min_p)))
 
     def pick(logits_k: torch.Tensor, k: int) -> torch.Tensor:
         tokens = logits_k.argmax(dim=-1)
         for s in sampled:
-            q[s, k] = torch.softmax(logits_k[s] / float(temperatures[s]), dim=-1)
+            q[s, k] = target_probs(logits_k[s:s + 1], params[s])[0]
             tokens[s] = draw_with_uniform(q[s, k], float(uniforms[s, k]))
         return tokens if id_map is None else id_map[tokens]
 

@@ -14,15 +14,15 @@ one target token (the correction at the first rejection, or the bonus).
 """
 from __future__ import annotations
 
+import numpy as np
 import torch
 
 from ..kernels import sampling as native_sampling
 from ..random_stream import draw_uniforms
 from ..sampling import SamplingParams, on_native_kernels, sample_rows, target_probs
-from .candidate_q import CandidateQ, dense_q
 
 
-def verify(logits: torch.Tensor, draft: list[int], q_probs: torch.Tensor | CandidateQ | None, params: SamplingParams,
+def verify(logits: torch.Tensor, draft: list[int], q_probs: torch.Tensor | np.ndarray | None, params: SamplingParams,
            generator: torch.Generator | None, argmax: list[int] | None = None, first_row: int = 0) -> list[int]:
     """The tokens one slot emits from its rows of logits (rows first_row .. first_row + len(draft)): the
     accepted draft prefix, then one token of the target's. `argmax` may carry every row's greedy token,
@@ -32,11 +32,9 @@ def verify(logits: torch.Tensor, draft: list[int], q_probs: torch.Tensor | Candi
         return verify_greedy(draft, argmax[first_row:end] if argmax is not None
                              else logits[first_row:end].argmax(dim=-1).tolist())
     if on_native_kernels(logits):      # one call; a row's distribution only once the drafts before it passed
-        candidates = isinstance(q_probs, CandidateQ)
-        return native_sampling.verify_logits(logits, draft, q_probs.probs if candidates else q_probs, params.top_k,
-                                             params.top_p, params.min_p, params.temperature, generator, first_row,
-                                             q_probs.ids if candidates else None)
-    q_probs = dense_q(q_probs)
+        return native_sampling.verify_logits(logits, draft, q_probs, params.top_k, params.top_p, params.min_p,
+                                             params.temperature, generator, first_row)
+    q_probs = torch.from_numpy(q_probs) if isinstance(q_probs, np.ndarray) else q_probs
     probs = target_probs(logits[first_row:end], params)
     if not draft:
         return [int(sample_rows(probs, generator)[0])]

@@ -87,6 +87,8 @@ void pick_drafts(const ss_block_draft& d, int64_t vocab, const float* rows, int6
     static thread_local std::vector<int64_t> prev;
     static thread_local std::vector<float*> slot_logits;
     static thread_local std::vector<const float*> features;
+    static thread_local std::vector<int32_t> kept;
+    static thread_local std::vector<float> heap;
     prev.assign(d.anchors, d.anchors + n_slots);
     slot_logits.resize(n_slots);
     features.resize(n_slots);
@@ -110,7 +112,7 @@ void pick_drafts(const ss_block_draft& d, int64_t vocab, const float* rows, int6
             int64_t pick;
             if (d.uniforms && d.temperature && d.temperature[s] > 0.0f) {
                 float* qk = d.q + s * row + k * vocab;
-                dense_softmax(lk, vocab, d.temperature[s], qk);
+                row_probs(lk, vocab, d.top_k[s], d.top_p[s], d.min_p[s], d.temperature[s], qk, kept, heap);
                 pick = draw_row(qk, vocab, d.uniforms[s * d.n_draft + k]);
             } else {
                 pick = argmax(lk, vocab);

@@ -1,9 +1,10 @@
 // How a draft chain picks each slot's next token (speculative/draft_chain.py's draft loop): the
-// argmax, or with a temperature a draw from softmax(top-k logits / T) with one uniform, the k
-// candidates and their probabilities written out as the draft's q for rejection sampling; with
-// p_min, the top candidate's probability at T = 1, where the chain's draft is cut.
+// argmax, or with a temperature a draw with one uniform from the request's own sampler over the
+// draft's logits, written out as the draft's q for rejection sampling; with p_min, the top-10
+// candidates' top probability at T = 1, where the chain's draft is cut.
 #include <algorithm>
 #include <cmath>
+#include <vector>
 
 #include "kernels.h"
 
@@ -47,29 +48,29 @@ void mark_unfed_drafts(int64_t* drafts, int64_t n_slots, int64_t n_more, int64_t
 int64_t pick_draft(const ss_chain_pick* p, int64_t slot, int64_t step, const float* logits, int64_t vocab,
                    const int64_t* id_map) {
     const bool sampled = p && p->temperature[slot] > 0.0f, cut_test = p && p->p_min > 0.0f;
-    if (!sampled && !cut_test) {
-        const int64_t best = argmax(logits, vocab);
-        return id_map ? id_map[best] : best;
-    }
-    int64_t top[64];
-    const int32_t k = top_logits(logits, vocab, (int32_t)std::min<int64_t>(p->top_k, vocab), top);
     if (cut_test) {
+        int64_t top[64];
+        const int32_t k = top_logits(logits, vocab, (int32_t)std::min<int64_t>(p->p_min_k, vocab), top);
         double total = 0.0;
         for (int32_t i = 0; i < k; i++) total += std::exp((double)logits[top[i]] - logits[top[0]]);
         p->top_prob[slot * p->n_steps + step] = (float)(1.0 / total);
     }
-    if (!sampled) return id_map ? id_map[top[0]] : top[0];
-    const int64_t at_row = (slot * p->n_steps + step) * p->top_k;
-    const double inv_t = 1.0 / p->temperature[slot];
-    double total = 0.0, weights[64];
-    for (int32_t i = 0; i < k; i++) total += weights[i] = std::exp(((double)logits[top[i]] - logits[top[0]]) * inv_t);
-    float* q = p->cand_q + at_row;
-    int64_t* ids = p->cand_ids + at_row;
-    for (int32_t i = 0; i < k; i++) {
-        q[i] = (float)(weights[i] / total);
-        ids[i] = id_map ? id_map[top[i]] : top[i];
+    if (!sampled) {
+        const int64_t best = argmax(logits, vocab);
+        return id_map ? id_map[best] : best;
     }
-    return ids[draw_row(q, k, p->uniforms[slot * p->n_steps + step])];
+    // q is the distribution the request samples the target from, over the draft's logits: where the
+    // draft's logits match the target's, every draft is accepted
+    static thread_local std::vector<float> probs, heap;
+    static thread_local std::vector<int32_t> kept;
+    float* q = p->q + (slot * p->n_steps + step) * p->q_vocab;
+    float* row = id_map ? (probs.resize(vocab), probs.data()) : q;
+    row_probs(logits, vocab, p->top_k[slot], p->top_p[slot], p->min_p[slot], p->temperature[slot], row, kept, heap);
+    const int64_t pick = draw_row(row, vocab, p->uniforms[slot * p->n_steps + step]);
+    if (!id_map) return pick;
+    std::fill(q, q + p->q_vocab, 0.0f);
+    for (int64_t v = 0; v < vocab; v++) q[id_map[v]] = row[v];
+    return id_map[pick];
 }
 
 }  // namespace ss

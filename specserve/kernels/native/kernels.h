@@ -2,6 +2,7 @@
 // shared between its files. Weights are packed once at load time into 16-column blocks.
 #pragma once
 #include <cstdint>
+#include <vector>
 
 extern "C" {
 
@@ -92,17 +93,21 @@ void ss_layer_forward(const ss_model* m, int32_t layer, float* x, int64_t n_rows
                       int64_t prefix_rows, const float* prefix_input, const ss_attn* attn);
 int32_t ss_model_forward(const ss_model* m, const ss_step* step);
 // How a draft chain picks slot s's token at step j: the argmax, or when temperature[s] > 0 a draw with
-// uniforms[s, j] from q = softmax(top_k largest logits / T), whose candidates (target ids) and
-// probabilities go to cand_ids / cand_q [n_slots, n_steps, top_k] (top_k <= 64). With p_min > 0 the
-// chain also writes top_prob[s, j], the largest of softmax(top_k largest logits) (llama.cpp's
-// --draft-p-min test), and stops once every slot has had one below p_min (its later drafts unused).
+// uniforms[s, j] from q = the request's own sampler (top_k[s], top_p[s], min_p[s], then temperature[s];
+// sampler.cpp) over the draft's logits, written to q [n_slots, n_steps, q_vocab] laid out over the target's
+// vocabulary (zeros outside an id_map's tokens). With p_min > 0 the chain also writes top_prob[s, j], the
+// largest of softmax(p_min_k largest logits) (llama.cpp's --draft-p-min test over its top 10), and stops
+// once every slot has had one below p_min (its later drafts unused).
 struct ss_chain_pick {
-    int32_t top_k;
+    int32_t p_min_k;              // <= 64
     int64_t n_steps;
-    const float* temperature;     // [n_slots]
+    const float* temperature;     // [n_slots], 0: the argmax
+    const int32_t* top_k;         // [n_slots]
+    const float* top_p;           // [n_slots]
+    const float* min_p;           // [n_slots]
     const double* uniforms;       // [n_slots, n_steps]
-    int64_t* cand_ids;
-    float* cand_q;
+    float* q;                     // [n_slots, n_steps, q_vocab]
+    int64_t q_vocab;
     float p_min;
     float* top_prob;              // [n_slots, n_steps], zeros past where the chain stopped
 };
@@ -117,19 +122,19 @@ void ss_sampling_probs(const float* logits, int64_t n_rows, int64_t vocab, int32
 // tokens[r]: a draw from row r of probs given uniforms[r] in [0, 1)
 void ss_sample(const float* probs, int64_t n_rows, int64_t vocab, const double* uniforms, int64_t* tokens);
 // one slot's verification from its logits rows [k + 1, vocab] (speculative/verify.py): rejection sampling
-// with q rows [k, vocab] (or, with q_ids [k, q_width], each row's q_width candidates and q [k, q_width]),
-// or sample and compare with q null; returns the number accepted, *token the target's token after them
-// (-1: a draft or candidate token outside the vocabulary); uniforms [k + 1]
+// with q rows [k, vocab], or sample and compare with q null; returns the number accepted, *token the
+// target's token after them (-1: a draft token outside the vocabulary); uniforms [k + 1]
 int64_t ss_verify_logits(const float* logits, int64_t k, int64_t vocab, int32_t top_k, float top_p, float min_p,
-                         float temperature, const float* q, const int64_t* q_ids, int32_t q_width,
-                         const int64_t* draft, const double* uniforms, int64_t* token);
+                         float temperature, const float* q, const int64_t* draft, const double* uniforms,
+                         int64_t* token);
 // A block drafter's whole draft (DFlash / DSpark): the context rows through fc and its norm, then
 // the block rows (embedded with m's embedding, the target's) through every layer, attending to the
 // context rows as key/value-only prefix rows; the final-normed block rows go to hidden_out. With
 // logits set, the draft rows (from first_draft_row of each block) also go through m's head (the
 // target's lm_head) and the chain picks the drafts: logits[s, k] += W2 · w1[prev] when w2t is set
 // (prev = anchors[s], then draft k-1), then tokens[s, k] = argmax, or with uniforms and temperature[s] > 0
-// a draw from q[s, k] = softmax(logits / T) with uniforms[s, k] (q is written: the verifier's q).
+// a draw from q[s, k] = the slot's sampler (top_k, top_p, min_p, then T) over the logits with
+// uniforms[s, k] (q is written: the verifier's q).
 struct ss_block_draft {
     int64_t n_ctx;
     // the context rows' features [n_ctx, fc.k], as n_parts column blocks (one per tapped layer) of
@@ -160,6 +165,9 @@ struct ss_block_draft {
     const float* markov_table;    // [vocab, vocab] or null: row t is W2 W1[t] (ss_markov_table), read instead
     const int64_t* anchors;       // [n_slots]
     const float* temperature;     // [n_slots] or null
+    const int32_t* top_k;         // [n_slots]: with temperature, the rest of each slot's sampler (sampler.cpp)
+    const float* top_p;           // [n_slots]
+    const float* min_p;           // [n_slots]
     const double* uniforms;       // [n_slots, n_draft] or null
     float* q;                     // [n_slots, n_draft, vocab], written for the sampled slots
     // DSpark's confidence head (one linear layer over [draft row, W1[prev]] and a sigmoid): the Markov
@@ -218,6 +226,10 @@ void layer_forward(const ss_model& m, int layer, float* x, int64_t n, const floa
                    const float* prefix_input, const ss_attn& a);
 void embed_rows(const ss_model& m, const int64_t* tokens, int64_t n, float* x);
 void dense_softmax(const float* x, int64_t vocab, float temperature, float* probs);
+// probs [vocab]: the distribution sampling draws from (top-k, top-p, min-p, then temperature); kept and
+// heap are the caller's scratch
+void row_probs(const float* x, int64_t vocab, int32_t top_k, float top_p, float min_p, float temperature,
+               float* probs, std::vector<int32_t>& kept, std::vector<float>& heap);
 int64_t draw_row(const float* p, int64_t vocab, double u);
 bool chain_cut_everywhere(const ss_chain_pick* p, int64_t n_slots, int64_t step);   // p_min stops every slot
 // a chain that stopped before step `stopped_at` (p_min cut every slot): its last pick and the steps not

@@ -142,6 +142,8 @@ void keep_top_p(const float* x, float best, float top_p, std::vector<int32_t>& k
     }
 }
 
+}  // namespace
+
 void row_probs(const float* x, int64_t vocab, int32_t top_k, float top_p, float min_p, float temperature,
                float* probs, std::vector<int32_t>& kept, std::vector<float>& heap) {
     const bool by_k = top_k > 0 && top_k < vocab;
@@ -168,7 +170,6 @@ void row_probs(const float* x, int64_t vocab, int32_t top_k, float top_p, float 
     for (int32_t i : kept) probs[i] = (float)(std::exp(((double)x[i] - best) / temperature) / total);
 }
 
-}  // namespace
 }  // namespace ss
 
 extern "C" {
@@ -189,24 +190,20 @@ void ss_sample(const float* probs, int64_t n_rows, int64_t vocab, const double* 
 
 // One slot's verification straight from the target's logits rows [k + 1, vocab] (speculative/verify.py):
 // row n's sampling distribution is worked out only once drafts 0..n-1 are accepted, and most steps stop
-// at the first rows. With q (the draft's distributions [k, vocab], or with q_ids [k, q_width] only the
-// q_width candidates of each row, q then [k, q_width]): accept d_n while q(d_n) > 0 and
+// at the first rows. With q (the draft's distributions [k, vocab]): accept d_n while q(d_n) > 0 and
 // u_n * q(d_n) <= p(d_n); at the first rejection the token is a draw from max(0, p - q) (from p where that
 // is zero everywhere) with u_k; with everything accepted the bonus is a draw from p_k with u_k. Without
 // q (sample and compare): y_n is the draw from p_n with u_n, accepted while y_n == d_n; the first y_n
 // that differs (or y_k) is the token. Returns the number accepted; *token the target's token after them;
-// -1 for a draft or candidate token outside the vocabulary.
+// -1 for a draft token outside the vocabulary.
 int64_t ss_verify_logits(const float* logits, int64_t k, int64_t vocab, int32_t top_k, float top_p, float min_p,
-                         float temperature, const float* q, const int64_t* q_ids, int32_t q_width,
-                         const int64_t* draft, const double* uniforms, int64_t* token) {
-    static thread_local std::vector<float> probs, residual, heap, q_row;
+                         float temperature, const float* q, const int64_t* draft, const double* uniforms,
+                         int64_t* token) {
+    static thread_local std::vector<float> probs, residual, heap;
     static thread_local std::vector<int32_t> kept;
     for (int64_t n = 0; n < k; n++)
         if (draft[n] < 0 || draft[n] >= vocab) return -1;     // q and p are indexed by the drafts
-    for (int64_t n = 0; q_ids && n < k * q_width; n++)
-        if (q_ids[n] < 0 || q_ids[n] >= vocab) return -1;
     probs.resize(vocab);
-    if (q_ids) q_row.assign(vocab, 0.0f);
     for (int64_t n = 0;; n++) {
         const float* p = probs.data();
         ss::row_probs(logits + n * vocab, vocab, top_k, top_p, min_p, temperature, probs.data(), kept, heap);
@@ -220,15 +217,8 @@ int64_t ss_verify_logits(const float* logits, int64_t k, int64_t vocab, int32_t 
             return n;
         }
         const float* qn = q + n * vocab;
-        if (q_ids) {        // row n's q given as its q_width candidates: the same row, laid out dense
-            for (int32_t c = 0; c < q_width; c++) q_row[q_ids[n * q_width + c]] = q[n * q_width + c];
-            qn = q_row.data();
-        }
         const double qd = qn[draft[n]], pd = p[draft[n]];
-        if (qd > 0.0 && uniforms[n] * qd <= pd) {
-            for (int32_t c = 0; q_ids && c < q_width; c++) q_row[q_ids[n * q_width + c]] = 0.0f;
-            continue;
-        }
+        if (qd > 0.0 && uniforms[n] * qd <= pd) continue;
         residual.resize(vocab);
         double total = 0.0;
         for (int64_t i = 0; i < vocab; i++) {
