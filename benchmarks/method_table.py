@@ -13,7 +13,8 @@ without one is skipped with a note.
 At T=1 the model drafters also run as "+ q": drafts sampled from q and verified by rejection sampling
 (`--spec-draft-sample`; DFlash `--spec-dflash-sample sample`; DSpark samples its chain as served), and
 where a drafter is served without drafts for sampled requests (`--spec-draft-n-max-sampled 0`) with its
-T=0 length, so that the row shows what its sampled path does.
+T=0 length, so that the row shows what its sampled path does; a chain served with sampled drafts has
+no "+ q" row (its own row is that path).
 Every (prompt set, temperature) cell, and every repeat of it, runs on a new engine, so methods that learn
 across requests (ngram-mod, ngram-cache) never meet a set they have already seen. Each repeat of a cell
 also runs no speculation right beside it (alternating which goes first), and the speedup is the best
@@ -75,7 +76,7 @@ def configurations(target: Path, methods: list[str] | None = None, schedule: boo
             continue
         extra = {"spec_schedule": True} if schedule else {}
         configs.append((spec_type, spec_type, folder, extra, (0.0, 1.0)))
-        if spec_type in MODEL_DRAFTERS:
+        if spec_type in MODEL_DRAFTERS and not served_options(spec_type).get("spec_draft_sample"):
             configs.append((f"{spec_type} + q", spec_type, folder, {**extra, "spec_draft_sample": True}, (1.0,)))
         elif spec_type == "draft-dflash":       # DFlash drafts greedily by default
             configs.append((f"{spec_type} + q", spec_type, folder, {**extra, "spec_dflash_sample": "sample"}, (1.0,)))
@@ -175,7 +176,7 @@ def main() -> None:
             request per slot (32 tokens), all at once, so that first-call costs (buffers, and with
             --spec-schedule the first draft calls for that many slots, which it times) stay out of the
             measurement."""
-            llm = LLM(target, draft_model=folder, spec_type=spec_type, n_parallel=args.parallel, **lengths, **extra)
+            llm = LLM(target, draft_model=folder, spec_type=spec_type, n_parallel=args.parallel, **{**lengths, **extra})
             warm = [llm.tokenizer.encode(WARM_UP)[:8 + i] for i in range(args.parallel)]
             llm.generate(warm, [SamplingParams(temperature=0, max_tokens=32)] * len(warm))
             return llm

@@ -8,8 +8,9 @@ import pytest
 
 from specserve import LLM, SamplingParams
 from specserve import kernels
-from specserve.bundled import (AMX_N_MAX, CHAIN_DRAFTERS, NO_AMX_DRAFT_VOCAB, NO_AMX_N_MAX_SAMPLED, NO_INT8_DOT_QUANT,
-                               STDLIB_CODER, STDLIB_CODER_DRAFTERS, served_options, shipped_drafters)
+from specserve.bundled import (AMX_N_MAX, AVX512_N_MAX_SAMPLED, CHAIN_DRAFTERS, NO_AMX_DRAFT_VOCAB,
+                               NO_AMX_N_MAX_SAMPLED, NO_INT8_DOT_QUANT, STDLIB_CODER, STDLIB_CODER_DRAFTERS,
+                               served_options, shipped_drafters)
 from specserve.commands.demo import default_spec_types
 from specserve.errors import OptionError
 from specserve.llm import BUNDLED_MODEL
@@ -55,7 +56,9 @@ def test_bundled_drafter_is_accepted_and_lossless(baseline, spec_type, quant):
     n_max, n_sampled = AMX_N_MAX[spec_type] if amx else (n_max, n_max)    # with AMX rows cost little at T=0
     vocab = 0
     if kernels.mode() == "native" and not amx:      # without AMX every verified row costs
-        n_sampled, vocab = NO_AMX_N_MAX_SAMPLED.get(spec_type, 0), NO_AMX_DRAFT_VOCAB.get(spec_type, 0)
+        vocab = NO_AMX_DRAFT_VOCAB.get(spec_type, 0)
+        n_sampled = AVX512_N_MAX_SAMPLED.get(spec_type, NO_AMX_N_MAX_SAMPLED) if kernels.has_bf16_dot() \
+            else NO_AMX_N_MAX_SAMPLED
     options = served_options(spec_type) if quant == "served" else {"spec_draft_n_max": n_max}
     assert options["spec_draft_n_max"] == n_max
     assert options.get("spec_draft_n_max_sampled", n_max) == (n_sampled if quant == "served" else n_max)

@@ -23,11 +23,12 @@ AMX_N_MAX = {"draft-simple": (6, 2), "draft-eagle3": (8, 2), "draft-mtp": (10, 3
              "draft-dspark": (8, 3)}
 # without AMX a verified row is real work (AVX2: the second row costs about a quarter of a one-row
 # forward, each further one half; AVX-512: a fifth each), and sampled requests, whose drafts are accepted
-# less often, are drafted for only by MTP, the one drafter measured to pay for them there (T=1, 1 slot, q8
-# drafts sampled from the request's sampler, interleaved, AVX-512 without AMX: MTP at 3 drafts 1.06-1.10x,
-# draft-simple 0.98-1.00x, EAGLE-3 at 2 0.95x, DSpark 0.80x; docs/model-drafters.md); the others do not
-# draft for them, and run at parity
-NO_AMX_N_MAX_SAMPLED = {"draft-mtp": 3}
+# less often, are not drafted for (they run at parity; docs/model-drafters.md), but by MTP on AVX-512, the
+# one drafter measured to pay for them there (T=1, 1 slot, q8 drafts sampled from the request's sampler,
+# interleaved: MTP at 3 drafts 1.06-1.10x, draft-simple 0.98-1.00x, EAGLE-3 at 2 0.95x, DSpark 0.80x; on
+# AVX2 MTP lost, 0.67-0.71x, with llama.cpp's top-10 q)
+NO_AMX_N_MAX_SAMPLED = 0
+AVX512_N_MAX_SAMPLED = {"draft-mtp": 3}
 # the chains draft for sampled requests with drafts sampled from the request's sampler (--spec-draft-sample),
 # which are accepted far more often than greedy drafts verified one-hot
 CHAIN_DRAFTERS = ("draft-simple", "draft-eagle3", "draft-mtp")
@@ -71,7 +72,8 @@ def served_n_max(spec_type: str, sampled: bool = False) -> int:
     if _rows_nearly_free():
         return AMX_N_MAX[spec_type][1 if sampled else 0]
     if sampled and _rows_cost():
-        return NO_AMX_N_MAX_SAMPLED.get(spec_type, 0)
+        return AVX512_N_MAX_SAMPLED.get(spec_type, NO_AMX_N_MAX_SAMPLED) if kernels.has_bf16_dot() \
+            else NO_AMX_N_MAX_SAMPLED
     return STDLIB_CODER_DRAFTERS[spec_type][1]
 
 
