@@ -105,7 +105,8 @@ def _settings(spec_type: str, draft_model, extra: dict) -> str:
         sampled = "" if settings.n_max_sampled == settings.n_max else \
             f" ({settings.n_max_sampled} at T > 0)" if settings.n_max_sampled else " (no drafts at T > 0)"
         vocab = f", --spec-draft-vocab {settings.vocab}" if settings.vocab else ""
-        return f"drafter {Path(draft_model).name}, --spec-draft-n-max {settings.n_max}{sampled}{quant}{vocab}"
+        drawn = ", --spec-draft-sample" if settings.sample and settings.n_max_sampled else ""
+        return f"drafter {Path(draft_model).name}, --spec-draft-n-max {settings.n_max}{sampled}{quant}{vocab}{drawn}"
     if spec_type == "ngram-simple":
         return f"--spec-ngram-simple-size-n {NGRAM_SETTINGS['spec_ngram_simple_size_n']}, " \
                f"-size-m {NGRAM_SETTINGS['spec_ngram_simple_size_m']}"
