@@ -79,6 +79,26 @@ def test_wide_vocabularies_match_the_reference_chain():
             assert (ours > 0).sum() == (ref > 0).sum(), kw
 
 
+def test_long_rows_and_ties_match_the_reference_chain():
+    """Rows of 4096 (top-k from the blocks' maxima, top-p by selection over thousands of candidates) and rows
+    of few distinct values (at the top-p cut the lower id first; at the top-k boundary every tie is kept)."""
+    gen = torch.Generator().manual_seed(2)
+    rows = [torch.randn(4096, generator=gen) * s for s in (0.3, 2.0)]
+    tied = [torch.randint(0, 6, (4096,), generator=gen).float(), torch.randint(0, 3, (600,), generator=gen).float()]
+    for logits in rows + tied:
+        for kw in (dict(top_k=40), dict(top_k=5, temperature=0.8), dict(top_p=0.95), dict(top_p=0.3),
+                   dict(top_k=40, top_p=0.95, min_p=0.05, temperature=0.8), dict(top_p=0.9, min_p=0.2)):
+            params = SamplingParams(temperature=kw.pop("temperature", 1.0), **kw)
+            ours = target_probs(logits.unsqueeze(0), params)[0]
+            if params.top_k and any(logits is t for t in tied):
+                kth = logits.sort(descending=True).values[params.top_k - 1]
+                assert torch.equal(ours > 0, logits >= kth) or params.top_p < 1, kw
+                continue
+            ref = reference(logits.tolist(), params.top_k, params.top_p, params.min_p, params.temperature)
+            assert torch.allclose(ours, ref, atol=1e-6), kw
+            assert (ours > 0).sum() == (ref > 0).sum(), kw
+
+
 def test_draws_follow_the_distribution():
     probs = torch.tensor([[0.5, 0.0, 0.2, 0.3], [0.0, 0.0, 1.0, 0.0]])
     gen, _ = make_generator(7)
