@@ -6,8 +6,7 @@ known, so the chain loops over the n block positions, but each step is one batch
 over all slots. At temperature 0 a slot takes the argmax; at T > 0 it draws from q_k, its request's
 sampler (top-k, top-p, min-p, then T) over logits'_k, with one uniform of its own generator per
 position (the first token whose cumulative probability passes it), and the chain conditions on the
-SAMPLED token. q_k travels
-with the draft: it is exactly the distribution draft k came from.
+SAMPLED token. q_k travels with the draft: it is exactly the distribution draft k came from.
 Without a Markov head (DFlash) every position is independent and the chain is one step. On the
 native kernels the chain runs inside the drafter's one native call (kernels/native/block_draft.cpp).
 Training uses the teacher-forced form (prev = ground truth), equal to the chain when the

@@ -136,7 +136,8 @@ float kth_largest(const float* x, int64_t n, int32_t k, std::vector<float>& heap
         const __m512 vb = _mm512_set1_ps(bound);
         for (int64_t b = 0; b < n_blocks; b++) {
             const __m512 v = _mm512_loadu_ps(x + 16 * b);
-            for (__mmask16 m = _mm512_cmp_ps_mask(v, vb, _CMP_GE_OQ); m; m &= m - 1) heap.push_back(x[16 * b + __builtin_ctz(m)]);
+            for (__mmask16 m = _mm512_cmp_ps_mask(v, vb, _CMP_GE_OQ); m; m &= m - 1)
+                heap.push_back(x[16 * b + __builtin_ctz(m)]);
         }
         for (int64_t i = 16 * n_blocks; i < n; i++)
             if (x[i] >= bound) heap.push_back(x[i]);
@@ -187,7 +188,8 @@ struct Candidate {
 // Keep the most likely tokens while the mass before them is below top_p (ties: the lower id first). The
 // cut is found by selection on mass, not by sorting: partition the candidates around a pivot; when the
 // more likely side's mass already reaches the cut, look only there, else keep that side and look past
-// it. Linear on average: a top-p over a flat 4096-token row took 0.46 ms sorted, a few µs so.
+// it. Linear on average: the sampling chain of a flat 4096-token row with a top-p of 0.95 took 0.46 ms
+// when the candidates were sorted, 0.06 ms so.
 void keep_top_p(const float* x, float best, float top_p, std::vector<int32_t>& kept) {
     static thread_local std::vector<Candidate> c;
     static thread_local std::vector<float> ws;
@@ -200,7 +202,9 @@ void keep_top_p(const float* x, float best, float top_p, std::vector<int32_t>& k
         c[i] = {x[kept[i]], kept[i], ws[i]};
         total += ws[i];
     }
-    auto more_likely = [](const Candidate& a, const Candidate& b) { return a.x > b.x || (a.x == b.x && a.id < b.id); };
+    auto more_likely = [](const Candidate& a, const Candidate& b) {
+        return a.x > b.x || (a.x == b.x && a.id < b.id);
+    };
     const double target = top_p * total;
     double before = 0.0;            // the mass of c[0, lo): kept, and more likely than all of c[lo, hi)
     size_t lo = 0, hi = n;
@@ -218,7 +222,8 @@ void keep_top_p(const float* x, float best, float top_p, std::vector<int32_t>& k
             hi = m;                 // the cut is within c[lo, m]
         } else {                    // c[lo, m) and the pivot (the most likely of the rest) are kept
             before += mass;
-            auto at = std::find_if(c.begin() + m, c.begin() + hi, [&](const Candidate& e) { return e.id == pivot.id; });
+            auto at = std::find_if(c.begin() + m, c.begin() + hi,
+                                   [&](const Candidate& e) { return e.id == pivot.id; });
             std::swap(c[m], *at);
             if (m > 0 && before >= target) { hi = m; lo = m; break; }
             before += c[m].weight;
