@@ -52,7 +52,7 @@ class BlockDraft(ctypes.Structure):
                 ("tokens", c_void_p), ("w2t", c_void_p), ("w1", c_void_p), ("rank", c_int64),
                 ("markov_table", c_void_p), ("anchors", c_void_p), ("temperature", c_void_p), ("top_k", c_void_p),
                 ("top_p", c_void_p), ("min_p", c_void_p), ("uniforms", c_void_p),
-                ("q", c_void_p), ("conf_w", c_void_p), ("conf_per_token", c_void_p), ("conf_bias", c_float),
+                ("q", c_void_p), ("q_vocab", c_int64), ("conf_w", c_void_p), ("conf_per_token", c_void_p), ("conf_bias", c_float),
                 ("confidence", c_void_p), ("id_map", c_void_p)]
 
 

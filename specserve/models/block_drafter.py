@@ -348,7 +348,7 @@ class BlockDrafter(nn.Module):
                      anchors: np.ndarray, markov: bool, temperatures=None, uniforms=None, confidence: bool = False,
                      samplers=None):
         """The whole draft in one native call: (the block's final-normed rows [S, nb, H], tokens [S, n],
-        logits [S, n, V] after the Markov bias, q [S, n, V] of the sampled slots or None, the confidence
+        logits [S, n, V] after the Markov bias, q [S, n, target vocabulary] of the sampled slots or None, the confidence
         head's predictions [S, n] (numpy) when `confidence`, else None); all but q are overwritten by the next
         draft of the same shape. Index arrays (slots, positions, block tokens, anchors) may be numpy arrays."""
         return self.native_call().draft(cache, ctx_feats, ctx_slots, ctx_positions, slots, pos0, block_tokens,

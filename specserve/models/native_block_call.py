@@ -31,14 +31,14 @@ class DraftShape:
     block's tokens (`block` [S, nb]), the new context rows' slots and positions, chunk row counts and part
     addresses, the block's final-normed rows (`hidden` [S, nb, H]) and the drafts (`chain`, when drafting)."""
 
-    def __init__(self, base: capi.BlockDraft, n_slots: int, nb: int, n_draft: int, vocab: int, hidden_size: int,
-                 first_draft_row: int):
+    def __init__(self, base: capi.BlockDraft, n_slots: int, nb: int, n_draft: int, vocab: int, q_vocab: int,
+                 hidden_size: int, first_draft_row: int):
         self.struct = step = capi.BlockDraft.from_buffer_copy(base)
         self.ref = ctypes.byref(step)
         self.index = np.zeros((2, n_slots), dtype=np.int64)
         self.block = np.zeros((n_slots, nb), dtype=np.int64)
         self.hidden = torch.empty(n_slots, nb, hidden_size)
-        self.chain = NativeChain(n_slots, n_draft, vocab) if n_draft else None
+        self.chain = NativeChain(n_slots, n_draft, vocab, q_vocab) if n_draft else None
         step.n_slots, step.n_block, step.block_tokens = n_slots, nb, self.block.ctypes.data
         step.slot, step.pos0, step.hidden_out = self.index[0].ctypes.data, self.index[1].ctypes.data, \
             self.hidden.data_ptr()
@@ -107,7 +107,8 @@ class NativeBlockCall:
         shape = self.shapes.get(key)
         if shape is None:
             shape = self.shapes[key] = DraftShape(self.struct, n_slots, nb, n_draft, self.vocab,
-                                                  self.drafter.cfg.hidden_size, self.first_draft_row)
+                                                  self.drafter.shared.lm_head.shape[0], self.drafter.cfg.hidden_size,
+                                                  self.first_draft_row)
         return shape
 
     def run(self, shape: DraftShape, cache: KVCache, end: int, markov: bool = False, sampling: bool = False,
@@ -159,7 +160,7 @@ class NativeBlockCall:
     def draft(self, cache: KVCache, ctx_feats, ctx_slots, ctx_positions, slots, pos0, block_tokens, n_draft: int,
               anchors, markov: bool, temperatures=None, uniforms=None, confidence: bool = False, samplers=None):
         """(the block's final-normed rows [S, nb, H], tokens [S, n], logits [S, n, V] after the Markov bias,
-        q [S, n, V] of the sampled slots or None, the confidence head's predictions [S, n] (numpy) when
+        q [S, n, target vocabulary] of the sampled slots or None, the confidence head's predictions [S, n] (numpy) when
         `confidence`, else None). All are buffers of this shape's next draft too. `samplers` [S]: the
         sampled slots' requests (DraftRequest: top_k, top_p, min_p; None: no filter)."""
         n_slots, nb = block_tokens.shape

@@ -18,12 +18,13 @@ class NativeChain:
 
     Its inputs are buffers too, written in place before each call: anchors [S], and for slots that sample,
     temperatures [S] (0: greedy), the rest of their samplers (top_k, top_p, min_p [S]: `set_samplers`) and
-    uniforms [S, n]; their q [S, n, V] (the distributions drawn from,
+    uniforms [S, n]; their q [S, n, target vocabulary] (the distributions drawn from, laid out as the verifier
+    reads them,
     which the verifier reads in the same engine step) is filled too. `set` says which of them the call
     reads. With confidence weights the confidence head's predictions [S, n] are filled as well.
     `tokens_np` and `q_np` are numpy views of the tokens and q (slicing them costs a tenth of a tensor's)."""
 
-    def __init__(self, n_slots: int, n_draft: int, vocab: int):
+    def __init__(self, n_slots: int, n_draft: int, vocab: int, q_vocab: int):
         self.n_slots, self.n_draft, self.vocab = n_slots, n_draft, vocab
         self.tokens = torch.empty(n_slots, n_draft, dtype=torch.int64)
         self.tokens_np = self.tokens.numpy()
@@ -35,7 +36,7 @@ class NativeChain:
         self.top_p = np.ones(n_slots, dtype=np.float32)
         self.min_p = np.zeros(n_slots, dtype=np.float32)
         self.uniforms = np.zeros((n_slots, n_draft), dtype=np.float64)
-        self.q_buffer = torch.empty(n_slots, n_draft, vocab)
+        self.q_buffer = torch.empty(n_slots, n_draft, q_vocab)      # over the target's vocabulary
         self.q_np = self.q_buffer.numpy()
         self.q: torch.Tensor | None = None          # q_buffer after a call that sampled, else None
 
@@ -44,6 +45,7 @@ class NativeChain:
         step.first_draft_row, step.n_draft = first_draft_row, self.n_draft
         step.logits, step.tokens = self.logits.data_ptr(), self.tokens.data_ptr()
         step.anchors, step.q = self.anchors.ctypes.data, self.q_buffer.data_ptr()
+        step.q_vocab = self.q_buffer.shape[2]
         self._sampling_ptrs = tuple(a.ctypes.data for a in (self.temperatures, self.top_k, self.top_p, self.min_p,
                                                             self.uniforms))
 

@@ -152,14 +152,11 @@ class DFlash(Proposer):
 
     def _target_q(self, q):
         """A draft's q over the target's vocabulary: as drawn, or scattered from the kept tokens' columns when
-        the lm_head was cut (--spec-draft-vocab; the other tokens have probability 0)."""
+        the lm_head was cut (--spec-draft-vocab; the other tokens have probability 0). The native call's
+        (numpy) is already laid out so."""
         ids = self.drafter.vocab_ids
-        if ids is None:
+        if ids is None or isinstance(q, np.ndarray):
             return q
-        if isinstance(q, np.ndarray):
-            full = np.zeros((q.shape[0], self.ctx.target.config.vocab_size), dtype=q.dtype)
-            full[:, ids.numpy()] = q
-            return full
         return torch.zeros(q.shape[0], self.ctx.target.config.vocab_size, dtype=q.dtype,
                            device=q.device).index_copy_(1, ids.to(q.device), q)
 

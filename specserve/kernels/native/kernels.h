@@ -169,7 +169,8 @@ struct ss_block_draft {
     const float* top_p;           // [n_slots]
     const float* min_p;           // [n_slots]
     const double* uniforms;       // [n_slots, n_draft] or null
-    float* q;                     // [n_slots, n_draft, vocab], written for the sampled slots
+    float* q;                     // [n_slots, n_draft, q_vocab], written for the sampled slots: over the
+    int64_t q_vocab;              // target's vocabulary (with id_map, zeros outside its tokens)
     // DSpark's confidence head (one linear layer over [draft row, W1[prev]] and a sigmoid): the Markov
     // part folded into a per-token term. confidence null: no head.
     const float* conf_w;          // [hidden]
