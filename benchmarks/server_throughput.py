@@ -8,13 +8,15 @@ and the mean acceptance length reported by the server. Every request of a level 
 prompt, and every level starts fresh servers, so methods that learn across requests gain
 nothing from repeats. The servers of one level are up together (an idle one sleeps) and
 take turns, so changes in the machine's load hit every configuration alike. Greedy outputs
-must be identical in every configuration (lossless); the table says so. Prints a table, writes
+must be identical in every configuration (lossless); the table says so. With `--temperature T` the
+requests are sampled at T (each with its own seed; the server fills in the rest of its default
+sampler, llama.cpp's top-k 40, top-p 0.95 and min-p 0.05), and outputs are not compared. Prints a table, writes
 JSON and the Markdown table the documentation links (docs/results/server_throughput.md; see
 benchmarks/results_table.py).
 
     .venv/bin/python benchmarks/server_throughput.py [-m MODEL] [--out runs/server_throughput.json]
         [--spec-types ngram-simple,ngram-mod+schedule,...] [--draft-model DIR] [--max-tokens 128]
-        [--table-out FILE] [--from-json FILE] [--note TEXT] [-- extra server options]
+        [--temperature 0] [--table-out FILE] [--from-json FILE] [--note TEXT] [-- extra server options]
 
 The draft-* types use the bundled drafters with the bundled model, served as shipped for this CPU
 (specserve.bundled.served_options: draft lengths, weights, draft vocabulary), or --draft-model; a
@@ -62,8 +64,8 @@ def server_args(spec_label: str, model: str, slots: int, extra: list[str], draft
     return args
 
 
-async def one_request(client: httpx.AsyncClient, prompt: str, max_tokens: int) -> dict:
-    body = {"prompt": prompt, "max_tokens": max_tokens, "temperature": 0, "stream": True,
+async def one_request(client: httpx.AsyncClient, prompt: str, max_tokens: int, temperature: float, seed: int) -> dict:
+    body = {"prompt": prompt, "max_tokens": max_tokens, "temperature": temperature, "seed": seed, "stream": True,
             "stream_options": {"include_usage": True}}
     t0 = time.perf_counter()
     ttft, text, final = None, [], {}
@@ -87,13 +89,14 @@ async def one_request(client: httpx.AsyncClient, prompt: str, max_tokens: int) -
             "spec_steps": spec.get("num_spec_steps", 0), "accepted": spec.get("num_accepted_draft_tokens", 0)}
 
 
-async def run_level(url: str, prompt_list: list[str], concurrency: int, n_requests: int, max_tokens: int) -> dict:
+async def run_level(url: str, prompt_list: list[str], concurrency: int, n_requests: int, max_tokens: int,
+                    temperature: float = 0.0) -> dict:
     limit = asyncio.Semaphore(concurrency)
     async with httpx.AsyncClient(base_url=url, timeout=600,
                                  limits=httpx.Limits(max_connections=concurrency + 4)) as client:
         async def guarded(i):
             async with limit:
-                return i, await one_request(client, prompt_list[i % len(prompt_list)], max_tokens)
+                return i, await one_request(client, prompt_list[i % len(prompt_list)], max_tokens, temperature, i)
 
         t0 = time.perf_counter()
         results = await asyncio.gather(*(guarded(i) for i in range(n_requests)))
@@ -106,7 +109,9 @@ async def run_level(url: str, prompt_list: list[str], concurrency: int, n_reques
         "tokens_per_s": tokens / wall, "mean_latency_s": sum(r["latency_s"] for r in results) / len(results),
         "mean_ttft_ms": 1000 * sum(r["ttft_s"] for r in results) / len(results),
         "mean_acceptance_length": 1 + sum(r["accepted"] for r in results) / steps if steps else None,
-        "output_digests": [hashlib.sha1(r["text"].encode()).hexdigest()[:12] for r in results[:len(prompt_list)]],
+        # sampled outputs differ between configurations (their draws use the uniforms differently)
+        "output_digests": None if temperature > 0 else
+        [hashlib.sha1(r["text"].encode()).hexdigest()[:12] for r in results[:len(prompt_list)]],
     }
 
 
@@ -132,21 +137,28 @@ def markdown_table(report: dict) -> str:
         for c in levels:
             r, ref = rows.get(c), base.get(c)
             cells.append(f"{r['tokens_per_s'] / ref['tokens_per_s']:.2f}x" if r and ref else "-")
-            if r and ref and r["output_digests"] != ref["output_digests"]:
+            if r and ref and r["output_digests"] != ref["output_digests"]:       # (None when sampled)
                 different.append(f"{spec_type} at c={c}")
         al = rows.get(top, {}).get("mean_acceptance_length")
         out.append(f"| {spec_type} | " + " | ".join(cells) + f" | {results_table.fmt(al)} |")
+    sampled = report.get("temperature", 0) > 0
     out += ["", "(speedup in output tokens/s over no speculation at the same concurrency; "
-            + ("every output identical to no speculation)" if not different else
+            + ("sampled outputs, not compared)" if sampled else "every output identical to no speculation)"
+               if not different else
                f"outputs DIFFERENT from no speculation: {', '.join(different)})")]
     return "\n".join(out)
+
+
+def _requests(report: dict) -> str:
+    t = report.get("temperature", 0)
+    return "greedy" if t <= 0 else f"sampled (T={t:g}, the server's default top-k, top-p and min-p)"
 
 
 def write_markdown(args, report: dict) -> None:
     machine = report.get("machine") or {}
     extra = " ".join(report.get("server_args") or [])
     conditions = (f"`specserve serve` on {Path(report['model']).name}, `-t {report['threads']}`"
-                  + (f" {extra}" if extra else "") + f", greedy streaming completions of at most "
+                  + (f" {extra}" if extra else "") + f", {_requests(report)} streaming completions of at most "
                   f"{report['max_tokens']} tokens, fresh servers at every concurrency level.")
     results_table.write_table(args, "Server throughput by concurrency", markdown_table(report), conditions,
                               f"{machine.get('platform', '?')}, {machine.get('cpu_count', '?')} CPUs")
@@ -161,6 +173,8 @@ def main() -> None:
                              "with --spec-schedule")
     parser.add_argument("--draft-model", default=None, help="draft model folder for the draft-* types")
     parser.add_argument("--max-tokens", type=int, default=128)
+    parser.add_argument("--temperature", type=float, default=0.0,
+                        help="sample the requests at this temperature (0: greedy, outputs compared)")
     parser.add_argument("--threads", type=int, default=1,
                         help="server CPU threads (-t); one is steadiest on a shared machine")
     parser.add_argument("--min-requests", type=int, default=16,
@@ -183,7 +197,8 @@ def main() -> None:
     out_path.parent.mkdir(parents=True, exist_ok=True)
     report = {"model": args.model, "max_tokens": args.max_tokens, "levels": levels, "prompts": len(prompt_list),
               "machine": {"cpu_count": os.cpu_count(), "platform": platform.platform()},
-              "threads": args.threads, "server_args": args.server_args, "configs": {}}
+              "threads": args.threads, "server_args": args.server_args, "temperature": args.temperature,
+              "configs": {}}
     for spec_type in types:
         report["configs"][spec_type] = {"levels": []}
     for c in levels:
@@ -194,7 +209,8 @@ def main() -> None:
             servers = start_servers(args, types, max(levels), out_path, report)
             try:
                 for spec_type, server in servers.items():      # configurations take turns
-                    row = asyncio.run(run_level(server.url, prompt_list, c, n_requests, args.max_tokens))
+                    row = asyncio.run(run_level(server.url, prompt_list, c, n_requests, args.max_tokens,
+                                                args.temperature))
                     if spec_type not in best or row["tokens_per_s"] > best[spec_type]["tokens_per_s"]:
                         best[spec_type] = row
             finally:
@@ -230,7 +246,7 @@ def start_servers(args, types: list[str], slots: int, out_path: Path, report: di
 
 def print_table(report: dict) -> None:
     base = {r["concurrency"]: r for r in report["configs"].get("none", {}).get("levels", [])}
-    print(f"\nmodel: {report['model']}, {report['max_tokens']} max tokens per request, greedy, streaming, "
+    print(f"\nmodel: {report['model']}, {report['max_tokens']} max tokens per request, {_requests(report)}, streaming, "
           f"{report['threads']} server thread(s)")
     print(f"{'spec type':>22} {'conc':>5} {'tok/s':>9} {'speedup':>8} {'latency s':>10} {'TTFT ms':>9} "
           f"{'mean AL':>8} {'outputs':>9}")
@@ -241,7 +257,8 @@ def print_table(report: dict) -> None:
         for row in result["levels"]:
             ref = base.get(row["concurrency"])
             speedup = row["tokens_per_s"] / ref["tokens_per_s"] if ref else float("nan")
-            same = "same" if ref and ref["output_digests"] == row["output_digests"] else "DIFFERENT"
+            same = "sampled" if row["output_digests"] is None else \
+                "same" if ref and ref["output_digests"] == row["output_digests"] else "DIFFERENT"
             al = f"{row['mean_acceptance_length']:.2f}" if row["mean_acceptance_length"] else "-"
             print(f"{spec_type:>22} {row['concurrency']:>5d} {row['tokens_per_s']:>9.1f} {speedup:>7.2f}x "
                   f"{row['mean_latency_s']:>10.2f} {row['mean_ttft_ms']:>9.1f} {al:>8} {same:>9}")
