@@ -17,7 +17,7 @@ from specserve.models.transformer import CausalLM, init_weights
 from specserve.train import train_draft_simple, train_eagle3, train_mtp
 from specserve.train.draft_loop import LoopSettings
 from specserve.train.draft_windows import WindowSampler
-from specserve.train.drafter_common import DrafterJob
+from specserve.train.drafter_common import DrafterJob, soft_cross_entropy
 from specserve.train.ttt import UnrollState, _shift, eagle3_step, mtp_step
 
 pytestmark = pytest.mark.train
@@ -108,9 +108,9 @@ def regen_samples(target4):
 
 
 @pytest.mark.parametrize("method,spec_type,module,options", [
-    ("draft-simple", "draft-simple", train_draft_simple, {"draft_layers": 1}),
+    ("draft-simple", "draft-simple", train_draft_simple, {"draft_layers": 1, "tv_weight": 1.0}),
     ("eagle3", "draft-eagle3", train_eagle3, {"ttt_depth": 2, "draft_vocab": 200}),
-    ("mtp", "draft-mtp", train_mtp, {"ttt_depth": 2}),
+    ("mtp", "draft-mtp", train_mtp, {"ttt_depth": 2, "tv_weight": 2.0}),
 ])
 def test_trainer_writes_a_servable_drafter(tmp_path, target4, regen_samples, method, spec_type, module, options):
     out = tmp_path / method
@@ -129,6 +129,20 @@ def test_trainer_writes_a_servable_drafter(tmp_path, target4, regen_samples, met
     assert [o.token_ids for o in llm.generate(prompts, params)] == reference
     if method == "mtp":
         assert load_mtp_head(CausalLM.from_pretrained(target4), out).hidden_first is False
+
+
+def test_tv_weight_adds_the_total_variation_distance():
+    """--tv-weight W: the loss is the soft cross-entropy plus W x 1/2 sum |p - q| per row, whose complement is the
+    acceptance of a draft sampled from q at T=1."""
+    gen = torch.Generator().manual_seed(0)
+    logits = torch.randn(6, 30, generator=gen)
+    p = torch.softmax(torch.randn(6, 30, generator=gen), -1)
+    q = torch.softmax(logits, -1)
+    ce = -(p * q.log()).sum(-1).mean()
+    tv = 0.5 * (p - q).abs().sum(-1).mean()
+    assert torch.allclose(soft_cross_entropy(logits, p), ce, atol=1e-6)
+    assert torch.allclose(soft_cross_entropy(logits, p, tv_weight=2.0), ce + 2 * tv, atol=1e-6)
+    assert torch.allclose(1 - tv, torch.minimum(p, q).sum(-1).mean(), atol=1e-6)
 
 
 def test_schedule_follows_steps_or_the_time_budget():

@@ -77,6 +77,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                        help="wall-clock budget: the schedule also follows elapsed time and the run ends when it "
                             "is spent (0 = steps only)")
     chain.add_argument("--warmup", type=int, default=50, help="warmup steps")
+    chain.add_argument("--tv-weight", type=float, default=0.0,
+                       help="adds this weight x the total variation distance to the target's distribution to the "
+                            "soft cross-entropy (1 - TV is the acceptance of a draft sampled at T=1)")
     chain.add_argument("--precision", choices=("bf16", "f32"), default="bf16",
                        help="the drafter's forward: bf16 autocast (default, faster) or f32 (slower; the same "
                             "weights at any torchrun world size, to float rounding)")

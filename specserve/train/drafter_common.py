@@ -63,10 +63,15 @@ def target_distribution(target: CausalLM, final_hidden: torch.Tensor) -> torch.T
 
 
 def soft_cross_entropy(logits: torch.Tensor, probs: torch.Tensor,
-                       denominator: Callable = DataParallel().denominator) -> torch.Tensor:
-    """Mean over rows of -sum p log q: the KL to the target's distribution, up to a constant.
+                       denominator: Callable = DataParallel().denominator, tv_weight: float = 0.0) -> torch.Tensor:
+    """Mean over rows of -sum p log q: the KL to the target's distribution, up to a constant; plus
+    tv_weight x the total variation distance 1/2 sum |p - q|, whose complement is the probability that
+    rejection sampling accepts a draft sampled from q at T=1 (DSpark's L1 term, for the chain drafters).
     `denominator` turns the row count into the normaliser (DataParallel.denominator: the global one)."""
-    per_row = -(probs * F.log_softmax(logits.float(), dim=-1)).sum(-1)
+    log_q = F.log_softmax(logits.float(), dim=-1)
+    per_row = -(probs * log_q).sum(-1)
+    if tv_weight:
+        per_row = per_row + tv_weight * 0.5 * (probs - log_q.exp()).abs().sum(-1)
     return per_row.sum() / denominator(per_row.shape[0])
 
 

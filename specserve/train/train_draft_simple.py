@@ -76,7 +76,7 @@ def distillation_step(job: DrafterJob, target: CausalLM, draft: CausalLM):
         with job.autocast():
             hidden, _ = draft.forward_full(batch.tokens)
             logits = F.linear(hidden[mask], draft.lm_head_weight)
-        loss = soft_cross_entropy(logits, probs, job.dp.denominator)
+        loss = soft_cross_entropy(logits, probs, job.dp.denominator, job.options.get("tv_weight", 0.0))
         agree = (logits.argmax(-1) == probs.argmax(-1)).float().mean()
         return {"loss": loss, "acc": float(agree)}
     return step

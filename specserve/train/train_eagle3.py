@@ -115,7 +115,7 @@ def train(job: DrafterJob) -> dict:
         with job.autocast():
             g = head.project([feats[t].float() for t in taps])
             loss, metrics = unrolled_loss(eagle3_step, head, rope, embedded, g, probs, batch.label_mask, depth,
-                                          denominator=job.dp.denominator)
+                                          denominator=job.dp.denominator, tv_weight=job.options.get("tv_weight", 0.0))
         return {"loss": loss, **metrics}
 
     summary = optimize(head, step, job.loop, log, job.dp)

@@ -62,7 +62,8 @@ def train(job: DrafterJob) -> dict:
             embedded = target.embed(batch.tokens).float()
         with job.autocast():
             loss, metrics = unrolled_loss(mtp_step, head, rope, embedded, final.float(), probs, batch.label_mask,
-                                          depth, denominator=job.dp.denominator)
+                                          depth, denominator=job.dp.denominator,
+                                          tv_weight=job.options.get("tv_weight", 0.0))
         return {"loss": loss, **metrics}
 
     summary = optimize(head, step, job.loop, log, job.dp)

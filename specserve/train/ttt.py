@@ -15,6 +15,7 @@ import torch.nn.functional as F
 
 from ..models.rope import RotaryEmbedding, apply_rope
 from .data_parallel import DataParallel
+from .drafter_common import soft_cross_entropy
 
 
 class UnrollState:
@@ -85,11 +86,13 @@ def _shift(x: torch.Tensor, by: int, length: int) -> torch.Tensor:
 
 def unrolled_loss(step: Callable, head, rope: RotaryEmbedding, embedded: torch.Tensor, hidden0: torch.Tensor,
                   target_probs: torch.Tensor, label_mask: torch.Tensor, depth: int, decay: float = 0.8,
-                  denominator: Callable = DataParallel().denominator) -> tuple[torch.Tensor, dict]:
+                  denominator: Callable = DataParallel().denominator, tv_weight: float = 0.0,
+                  ) -> tuple[torch.Tensor, dict]:
     """embedded [B, L, H] token embeddings; hidden0 [B, L, H] step-0 hidden inputs; target_probs
     [B, L, V'] the target's distribution per position (restricted to the draft vocabulary);
     label_mask [B, L] trained label positions. `denominator` turns a step's row count into its
-    normaliser (DataParallel.denominator: the global one). Returns (loss, per-step top-1 agreement)."""
+    normaliser (DataParallel.denominator: the global one); tv_weight as in soft_cross_entropy. Returns (loss,
+    per-step top-1 agreement)."""
     length = embedded.shape[1] - 1
     hidden = hidden0[:, :length]
     state = UnrollState()
@@ -106,7 +109,7 @@ def unrolled_loss(step: Callable, head, rope: RotaryEmbedding, embedded: torch.T
             break
         logits = F.linear(normed[mask], head.lm_head_weight).float()
         labels = _shift(target_probs, 1 + j, length)[mask]
-        ce = -(labels * torch.log_softmax(logits, dim=-1)).sum(-1).sum() / rows
+        ce = soft_cross_entropy(logits, labels, lambda _: rows, tv_weight)
         total = total + decay ** j * ce
         weights += decay ** j
         metrics[f"acc{j}"] = float((logits.argmax(-1) == labels.argmax(-1)).float().mean()) if len(logits) else 0.0
