@@ -87,8 +87,6 @@ void pick_drafts(const ss_block_draft& d, int64_t vocab, const float* rows, int6
     static thread_local std::vector<int64_t> prev;
     static thread_local std::vector<float*> slot_logits;
     static thread_local std::vector<const float*> features;
-    static thread_local std::vector<int32_t> kept;
-    static thread_local std::vector<float> heap, scratch;
     prev.assign(d.anchors, d.anchors + n_slots);
     slot_logits.resize(n_slots);
     features.resize(n_slots);
@@ -111,14 +109,9 @@ void pick_drafts(const ss_block_draft& d, int64_t vocab, const float* rows, int6
             float* lk = slot_logits[s];
             int64_t pick;
             if (d.uniforms && d.temperature && d.temperature[s] > 0.0f) {
-                float* qk = d.q + (s * d.n_draft + k) * d.q_vocab;
-                float* probs = d.id_map ? (scratch.resize(vocab), scratch.data()) : qk;
-                row_probs(lk, vocab, d.top_k[s], d.top_p[s], d.min_p[s], d.temperature[s], probs, kept, heap);
-                pick = draw_row(probs, vocab, d.uniforms[s * d.n_draft + k]);
-                if (d.id_map) {         // q over the target's vocabulary, as the verifier reads it
-                    std::fill(qk, qk + d.q_vocab, 0.0f);
-                    for (int64_t v = 0; v < vocab; v++) qk[d.id_map[v]] = probs[v];
-                }
+                const int64_t at = s * d.n_draft + k;
+                pick = draw_draft(lk, vocab, d.top_k[s], d.top_p[s], d.min_p[s], d.temperature[s], d.uniforms[at],
+                                  d.id_map, d.q + at * d.q_vocab, d.q_vocab);
             } else {
                 pick = argmax(lk, vocab);
             }

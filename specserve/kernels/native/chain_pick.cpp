@@ -4,7 +4,6 @@
 // candidates' top probability at T = 1, where the chain's draft is cut.
 #include <algorithm>
 #include <cmath>
-#include <vector>
 
 #include "kernels.h"
 
@@ -61,16 +60,10 @@ int64_t pick_draft(const ss_chain_pick* p, int64_t slot, int64_t step, const flo
     }
     // q is the distribution the request samples the target from, over the draft's logits: where the
     // draft's logits match the target's, every draft is accepted
-    static thread_local std::vector<float> probs, heap;
-    static thread_local std::vector<int32_t> kept;
-    float* q = p->q + (slot * p->n_steps + step) * p->q_vocab;
-    float* row = id_map ? (probs.resize(vocab), probs.data()) : q;
-    row_probs(logits, vocab, p->top_k[slot], p->top_p[slot], p->min_p[slot], p->temperature[slot], row, kept, heap);
-    const int64_t pick = draw_row(row, vocab, p->uniforms[slot * p->n_steps + step]);
-    if (!id_map) return pick;
-    std::fill(q, q + p->q_vocab, 0.0f);
-    for (int64_t v = 0; v < vocab; v++) q[id_map[v]] = row[v];
-    return id_map[pick];
+    const int64_t at = slot * p->n_steps + step;
+    const int64_t pick = draw_draft(logits, vocab, p->top_k[slot], p->top_p[slot], p->min_p[slot], p->temperature[slot],
+                                    p->uniforms[at], id_map, p->q + at * p->q_vocab, p->q_vocab);
+    return id_map ? id_map[pick] : pick;
 }
 
 }  // namespace ss

@@ -231,6 +231,11 @@ void dense_softmax(const float* x, int64_t vocab, float temperature, float* prob
 // heap are the caller's scratch
 void row_probs(const float* x, int64_t vocab, int32_t top_k, float top_p, float min_p, float temperature,
                float* probs, std::vector<int32_t>& kept, std::vector<float>& heap);
+// a draft's draw with uniform u from a request's sampler over its logits [vocab]; q [q_vocab] gets the
+// distribution drawn from over the target's vocabulary (id_map [vocab]: each logit column's token id, zeros
+// for the others; null: the columns are the token ids). Returns the logit column drawn.
+int64_t draw_draft(const float* logits, int64_t vocab, int32_t top_k, float top_p, float min_p, float temperature,
+                   double u, const int64_t* id_map, float* q, int64_t q_vocab);
 int64_t draw_row(const float* p, int64_t vocab, double u);
 bool chain_cut_everywhere(const ss_chain_pick* p, int64_t n_slots, int64_t step);   // p_min stops every slot
 // a chain that stopped before step `stopped_at` (p_min cut every slot): its last pick and the steps not

@@ -267,6 +267,20 @@ void row_probs(const float* x, int64_t vocab, int32_t top_k, float top_p, float 
     for (size_t j = 0; j < kept.size(); j++) probs[kept[j]] = weights[j] * scale;
 }
 
+int64_t draw_draft(const float* logits, int64_t vocab, int32_t top_k, float top_p, float min_p, float temperature,
+                   double u, const int64_t* id_map, float* q, int64_t q_vocab) {
+    static thread_local std::vector<float> probs, heap;
+    static thread_local std::vector<int32_t> kept;
+    float* row = id_map ? (probs.resize(vocab), probs.data()) : q;
+    row_probs(logits, vocab, top_k, top_p, min_p, temperature, row, kept, heap);
+    const int64_t pick = draw_row(row, vocab, u);
+    if (id_map) {
+        std::fill(q, q + q_vocab, 0.0f);
+        for (int64_t v = 0; v < vocab; v++) q[id_map[v]] = row[v];
+    }
+    return pick;
+}
+
 }  // namespace ss
 
 extern "C" {
