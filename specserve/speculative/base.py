@@ -20,6 +20,7 @@ from ..models.step_batch import StepBatch
 from ..models.tap_store import TapStore
 from ..models.transformer import ForwardOutput
 from ..option import Option
+from ..sampling import SamplingParams
 from .draft_options import draft_settings
 
 
@@ -39,6 +40,10 @@ class DraftRequest:
     top_k: int = 0
     top_p: float = 1.0
     min_p: float = 0.0
+
+    def sampler(self) -> SamplingParams:
+        """The chain a sampled draft is drawn from (temperature, top-k, top-p, min-p)."""
+        return SamplingParams(temperature=self.temperature, top_k=self.top_k, top_p=self.top_p, min_p=self.min_p)
 
 
 @dataclass

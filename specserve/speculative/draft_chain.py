@@ -33,7 +33,7 @@ import torch
 from ..kernels import capi
 from ..models.step_batch import StepBatch
 from ..random_stream import draw_uniforms
-from ..sampling import SamplingParams, draw_with_uniform, target_probs
+from ..sampling import draw_with_uniform, target_probs
 from .base import Draft, DraftRequest
 
 TOP_K = 10
@@ -87,9 +87,7 @@ def pick_tokens(logits: torch.Tensor, requests: list[DraftRequest], settings: Si
     if settings.sample:
         for i, req in enumerate(requests):
             if req.temperature > 0:
-                params = SamplingParams(temperature=req.temperature, top_k=req.top_k, top_p=req.top_p,
-                                        min_p=req.min_p)
-                q = target_probs(logits[i:i + 1], params)[0]
+                q = target_probs(logits[i:i + 1], req.sampler())[0]
                 pick = draw_with_uniform(q, float(draw_uniforms(req.generator, 1)[0]))
                 chosen[i] = pick if id_map is None else int(id_map[pick])
                 q_rows[i] = q if id_map is None else torch.zeros(vocab_size).index_copy_(0, id_map, q)
