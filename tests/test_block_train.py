@@ -127,9 +127,16 @@ def test_train_draft_and_convert_draft_commands(tmp_path, target_dir, regen_samp
     out = tmp_path / "cli-dspark"
     rc = main(["train-draft", "--method", "draft-dspark", "--target", str(target_dir), "--out", str(out), "--steps", "4",
                "--batch-size", "2", "--max-len", "48", "--anchors", "4", "--block-size", "4", "--layers", "1",
-               "--markov-rank", "8", "--checkpoint-every", "2", "--no-progress", "--data", "unused"])
+               "--markov-rank", "8", "--checkpoint-every", "2", "--no-progress", "--data", "unused",
+               "--tap-layers", "0,3"])
     assert rc == 0 and "tau_prob" in capsys.readouterr().out
     assert "specserve train-draft --method draft-dspark" in (out / "README.md").read_text()
+    # --tap-layers: the target's last layer among them, and the drafter serves it losslessly
+    assert read_block_drafter(out).target_layer_ids == [0, 3]
+    prompts = [s.tokens[:s.n_prompt].tolist() for s in regen_samples[:2]]
+    params = SamplingParams(temperature=0, max_tokens=12, ignore_eos=True)
+    served = LLM(target_dir, draft_model=out, spec_type="draft-dspark", spec_draft_n_max=4).generate(prompts, params)
+    assert [o.token_ids for o in served] == [o.token_ids for o in LLM(target_dir).generate(prompts, params)]
     # a SpecForge legacy checkpoint and a z-lab one become self-contained folders that load the same way
     for fmt, kwargs in (("specforge-legacy", dict(markov_rank=8, confidence=True)), ("zlab", {})):
         src = write_block_drafter(tmp_path / fmt, target_dir, fmt, block_size=4, **kwargs)

@@ -47,6 +47,9 @@ def test_chain_drafters_need_existing_data(tmp_path):
     (["--method", "draft-dflash", "--block-size", "0"], "--block-size must be at least 1, got 0"),
     (["--method", "dflash", "--steps", "0"], "--steps must be at least 1, got 0"),
     (["--method", "dspark", "--taps", "40"], "--taps 40: the target"),
+    (["--method", "dspark", "--tap-layers", "1,9"], "--tap-layers '1,9': need increasing layer indices in 0..5"),
+    (["--method", "dflash", "--tap-layers", "3,1"], "--tap-layers '3,1': need increasing layer indices"),
+    (["--method", "dflash", "--tap-layers", "one"], "--tap-layers 'one': expected comma-separated layer indices"),
     (["--method", "draft-simple", "--draft-layers", "-1"], "--draft-layers must be at least 1, got -1"),
     (["--method", "eagle3", "--lr", "0"], "--lr must be positive"),
 ])

@@ -64,6 +64,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                        help="the draft layers' family: qwen3 (q/k norm), llama (no q/k norm, no bias) or qwen2 "
                             "(q/k/v bias)")
     block.add_argument("--taps", type=int, default=3, help="target layers read (build_target_layer_ids)")
+    block.add_argument("--tap-layers", default="",
+                       help="the target layers read, e.g. 1,3,5 (outputs of those layers, in increasing order); "
+                            "overrides --taps")
     block.add_argument("--markov-rank", type=int, default=64, help="DSpark Markov head rank")
     block.add_argument("--no-confidence-head", action="store_true", help="DSpark without the confidence head")
     block.add_argument("--no-init-from-target", action="store_true",
@@ -116,6 +119,20 @@ def check_options(args, block: bool) -> None:
         n_layers = load_config(args.target).num_hidden_layers
         if args.taps > n_layers:
             raise OptionError(f"--taps {args.taps}: the target {args.target} has {n_layers} layers")
+        tap_layers(args.tap_layers, n_layers)
+
+
+def tap_layers(spec: str, n_layers: int) -> tuple[int, ...]:
+    """--tap-layers as a tuple of layer indices (empty when not given)."""
+    if not spec:
+        return ()
+    try:
+        layers = tuple(int(x) for x in spec.split(","))
+    except ValueError:
+        raise OptionError(f"--tap-layers {spec!r}: expected comma-separated layer indices, e.g. 1,3,5") from None
+    if any(not 0 <= x < n_layers for x in layers) or any(b <= a for a, b in zip(layers, layers[1:])):
+        raise OptionError(f"--tap-layers {spec!r}: need increasing layer indices in 0..{n_layers - 1}")
+    return layers
 
 
 def run(args) -> int:
@@ -137,6 +154,7 @@ def run_block_drafter(args, dp: DataParallel) -> int:
         method=args.method, target_dir=args.target, out_dir=args.out, data_path=args.data,
         data_samples=args.data_samples, steps=args.steps, batch_size=args.batch_size, max_len=args.seq_len,
         anchors=args.anchors, block_size=args.block_size, num_layers=args.layers, num_taps=args.taps,
+        tap_layers=tap_layers(args.tap_layers, load_config(args.target).num_hidden_layers),
         markov_rank=args.markov_rank, confidence_head=not args.no_confidence_head, draft_arch=args.draft_arch,
         init_from_target=not args.no_init_from_target, lr=args.lr, gamma=args.gamma, seed=args.seed,
         checkpoint_every=args.checkpoint_every, eval_samples=args.eval_samples, threads=args.threads,

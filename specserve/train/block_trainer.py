@@ -54,6 +54,7 @@ class BlockTrainConfig:
     block_size: int = 8
     num_layers: int = 2
     num_taps: int = 3
+    tap_layers: tuple[int, ...] = ()   # explicit target layers read; empty: num_taps by build_target_layer_ids
     markov_rank: int = 64              # DSpark only
     confidence_head: bool = True       # DSpark only
     draft_arch: str = "qwen3"          # the draft layers' family: qwen3, llama or qwen2
@@ -134,7 +135,8 @@ class BlockTrainer:
         dspark = cfg.method == "draft-dspark"
         shape = new_block_drafter_config(
             self.target.config, block_size=cfg.block_size, num_layers=cfg.num_layers, mask_token_id=mask,
-            num_taps=cfg.num_taps, markov_rank=cfg.markov_rank if dspark else 0,
+            target_layer_ids=list(cfg.tap_layers) or None, num_taps=cfg.num_taps,
+            markov_rank=cfg.markov_rank if dspark else 0,
             confidence_head=dspark and cfg.confidence_head, layout=ANCHOR_FIRST, draft_arch=cfg.draft_arch,
             model_dir=self.out)
         self.model = BlockDrafter(shape)
@@ -252,8 +254,8 @@ class BlockTrainer:
             return False
         state = torch.load(self.checkpoint_path, weights_only=False)
         saved = state["config"]
-        for key in ("method", "block_size", "num_layers", "num_taps", "markov_rank", "confidence_head", "draft_arch",
-                    "steps", "batch_size", "seed"):
+        for key in ("method", "block_size", "num_layers", "num_taps", "tap_layers", "markov_rank", "confidence_head",
+                    "draft_arch", "steps", "batch_size", "seed"):
             was = saved.get(key, getattr(BlockTrainConfig, key, None))
             if (canonical_method(was) if key == "method" else was) != getattr(self.cfg, key):
                 raise OptionError(f"{self.checkpoint_path} was made with {key}={saved.get(key)!r}, this run has "
