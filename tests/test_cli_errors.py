@@ -52,10 +52,26 @@ def test_chain_drafters_need_existing_data(tmp_path):
     (["--method", "dflash", "--tap-layers", "one"], "--tap-layers 'one': expected comma-separated layer indices"),
     (["--method", "draft-simple", "--draft-layers", "-1"], "--draft-layers must be at least 1, got -1"),
     (["--method", "eagle3", "--lr", "0"], "--lr must be positive"),
+    # an option of other methods is an error, not ignored
+    (["--method", "draft-simple", "--anchors", "8"], "--anchors is an option of draft-dflash, draft-dspark, not of "
+                                                     "draft-simple"),
+    (["--method", "dspark", "--max-minutes", "5"], "--max-minutes is an option of draft-simple, draft-eagle3, "
+                                                   "draft-mtp, not of draft-dspark"),
+    (["--method", "mtp", "--draft-layers", "3"], "--draft-layers is an option of draft-simple, not of draft-mtp"),
+    (["--method", "draft-simple", "--ttt-depth", "2"], "--ttt-depth is an option of draft-eagle3, draft-mtp, not of "
+                                                       "draft-simple"),
 ])
 def test_train_draft_impossible_options(bad_data, tmp_path, args, expected):
     line = _error_line(run("train-draft", *args, "--data", str(bad_data / "no_keys.npz"), "--out", str(tmp_path)))
     assert line == f"error: {expected}" or (line.startswith("error: ") and expected in line)
+
+
+@pytest.mark.parametrize("args", [["--method", "mtp", "--ttt-depth", "2", "--no-progress"],
+                                  ["--method", "dflash", "--anchors", "8", "--no-progress"]])
+def test_train_draft_options_of_the_method_pass_the_check(bad_data, tmp_path, args):
+    """(the error is then about the data: the options were accepted)"""
+    line = _error_line(run("train-draft", *args, "--data", str(bad_data / "no_keys.npz"), "--out", str(tmp_path)))
+    assert "is not a regenerated data file" in line or "it holds a, not tokens" in line
 
 
 def test_regen_data_with_a_missing_or_broken_target(tmp_path):

@@ -86,8 +86,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     chain.add_argument("--precision", choices=("bf16", "f32"), default="bf16",
                        help="the drafter's forward: bf16 autocast (default, faster) or f32 (slower; the same "
                             "weights at any torchrun world size, to float rounding)")
+    readers = _readers([a for a in block._group_actions if a.dest != "no_progress"], BLOCK_METHODS)
+    readers.update(_readers(chain._group_actions, tuple(CHAIN_TRAINERS)))
     for method in CHAIN_TRAINERS:
+        first_new = len(chain._group_actions)
         _trainer(method).add_arguments(chain)
+        readers.update(_readers(chain._group_actions[first_new:], (method,)))
+    for method in CHAIN_TRAINERS:      # options a trainer reads from another's arguments (train_mtp: --ttt-depth)
+        for dest in getattr(_trainer(method), "SHARED_OPTIONS", ()):
+            flag, default, methods = readers[dest]
+            readers[dest] = (flag, default, methods + (method,))
+    parser.set_defaults(option_readers=readers)
+
+
+def _readers(actions, methods: tuple[str, ...]) -> dict[str, tuple[str, object, tuple[str, ...]]]:
+    """dest -> (flag, default, the methods that read it) for options only some methods read."""
+    return {a.dest: (a.option_strings[0], a.default, methods) for a in actions}
 
 
 def _command_line(args) -> str:
@@ -113,6 +127,10 @@ def check_options(args, block: bool) -> None:
             raise OptionError(f"{name} must be at least {minimum}, got {value}")
     if not args.lr > 0:
         raise OptionError(f"--lr must be positive, got {args.lr}")
+    # an option of other methods is an error, not silently ignored (--no-progress is harmless everywhere)
+    for dest, (flag, default, methods) in getattr(args, "option_readers", {}).items():
+        if args.method not in methods and getattr(args, dest, default) != default:
+            raise OptionError(f"{flag} is an option of {', '.join(methods)}, not of {args.method}")
     if args.method == "draft-simple" and args.draft_layers < 1:
         raise OptionError(f"--draft-layers must be at least 1, got {args.draft_layers}")
     if block:
@@ -148,8 +166,6 @@ def run(args) -> int:
 
 def run_block_drafter(args, dp: DataParallel) -> int:
     from ..train.block_trainer import BlockTrainConfig, BlockTrainer
-    if args.max_minutes:
-        raise OptionError("--max-minutes is not supported by draft-dflash/draft-dspark: set --steps")
     cfg = BlockTrainConfig(
         method=args.method, target_dir=args.target, out_dir=args.out, data_path=args.data,
         data_samples=args.data_samples, steps=args.steps, batch_size=args.batch_size, max_len=args.seq_len,

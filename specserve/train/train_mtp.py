@@ -23,8 +23,11 @@ from .ttt import mtp_step, unrolled_loss
 HELP = "a DeepSeek-style MTP head for --spec-type draft-mtp (head-only folder, -md DIR)"
 
 
+SHARED_OPTIONS = ("ttt_depth",)        # declared by train_eagle3.add_arguments
+
+
 def add_arguments(group) -> None:
-    """--ttt-depth is shared with eagle3 (train_eagle3.add_arguments)."""
+    """No options of its own: --ttt-depth is shared with eagle3 (SHARED_OPTIONS)."""
 
 
 def build_head(target, seed: int) -> MtpHead:
