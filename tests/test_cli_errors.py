@@ -74,6 +74,12 @@ def test_train_draft_options_of_the_method_pass_the_check(bad_data, tmp_path, ar
     assert "is not a regenerated data file" in line or "it holds a, not tokens" in line
 
 
+def test_train_draft_taps_two_ways(bad_data, tmp_path):
+    result = run("train-draft", "--method", "dspark", "--taps", "3", "--tap-layers", "1,2,3", "--data",
+                 str(bad_data / "no_keys.npz"), "--out", str(tmp_path))
+    assert result.returncode == 2 and "argument --tap-layers: not allowed with argument --taps" in _error_line(result)
+
+
 def test_regen_data_with_a_missing_or_broken_target(tmp_path):
     def regen(target):
         return subprocess.run([sys.executable, "-m", "specserve.train.regen_data", "--target", str(target), "--out",

@@ -30,7 +30,8 @@ from ..train.data_parallel import DataParallel
 from ..train.methods import BLOCK_METHODS, CHAIN_TRAINERS, METHODS, canonical_method
 
 # defaults that differ by kind: (block drafters, chain drafters)
-KIND_DEFAULTS = {"steps": (1000, 1500), "lr": (6e-4, 1e-3), "batch_size": (4, 8), "eval_samples": (32, 16)}
+KIND_DEFAULTS = {"steps": (1000, 1500), "lr": (6e-4, 1e-3), "batch_size": (4, 8), "eval_samples": (32, 16),
+                 "taps": (3, None)}
 
 
 def _trainer(method: str):
@@ -63,10 +64,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     block.add_argument("--draft-arch", default="qwen3", choices=DRAFT_ARCHS,
                        help="the draft layers' family: qwen3 (q/k norm), llama (no q/k norm, no bias) or qwen2 "
                             "(q/k/v bias)")
-    block.add_argument("--taps", type=int, default=3, help="target layers read (build_target_layer_ids)")
-    block.add_argument("--tap-layers", default="",
-                       help="the target layers read, e.g. 1,3,5 (outputs of those layers, in increasing order); "
-                            "overrides --taps")
+    taps = block.add_mutually_exclusive_group()
+    taps.add_argument("--taps", type=int, help="how many target layers are read, spread by build_target_layer_ids "
+                                               "(default 3)")
+    taps.add_argument("--tap-layers", default="",
+                      help="the target layers read, e.g. 1,3,5 (outputs of those layers, in increasing order), "
+                           "instead of --taps")
     block.add_argument("--markov-rank", type=int, default=64, help="DSpark Markov head rank")
     block.add_argument("--no-confidence-head", action="store_true", help="DSpark without the confidence head")
     block.add_argument("--no-init-from-target", action="store_true",
