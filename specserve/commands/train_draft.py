@@ -140,7 +140,7 @@ def check_options(args, block: bool) -> None:
         n_layers = load_config(args.target).num_hidden_layers
         if args.taps > n_layers:
             raise OptionError(f"--taps {args.taps}: the target {args.target} has {n_layers} layers")
-        tap_layers(args.tap_layers, n_layers)
+        args.tap_layers = tap_layers(args.tap_layers, n_layers)     # parsed once, read by run_block_drafter
 
 
 def tap_layers(spec: str, n_layers: int) -> tuple[int, ...]:
@@ -173,7 +173,7 @@ def run_block_drafter(args, dp: DataParallel) -> int:
         method=args.method, target_dir=args.target, out_dir=args.out, data_path=args.data,
         data_samples=args.data_samples, steps=args.steps, batch_size=args.batch_size, max_len=args.seq_len,
         anchors=args.anchors, block_size=args.block_size, num_layers=args.layers, num_taps=args.taps,
-        tap_layers=tap_layers(args.tap_layers, load_config(args.target).num_hidden_layers),
+        tap_layers=args.tap_layers,
         markov_rank=args.markov_rank, confidence_head=not args.no_confidence_head, draft_arch=args.draft_arch,
         init_from_target=not args.no_init_from_target, lr=args.lr, gamma=args.gamma, seed=args.seed,
         checkpoint_every=args.checkpoint_every, eval_samples=args.eval_samples, threads=args.threads,
