@@ -25,7 +25,7 @@ slots; `--schedule` adds --spec-schedule; `--methods` picks spec types. Prints t
 Markdown table the documentation links (docs/results/method_table.md; see benchmarks/results_table.py).
 
     .venv/bin/python benchmarks/method_table.py [--n-tokens 128] [--out runs/method_table.json]
-        [--methods draft-simple,draft-dspark] [-np 4 --schedule] [--drafter draft-dspark=DIR]
+        [--methods draft-simple,draft-dspark] [-np 4 --schedule] [--ngram-first] [--drafter draft-dspark=DIR]
         [--table-out FILE] [--from-json FILE] [--note TEXT]
 """
 from __future__ import annotations
@@ -61,10 +61,11 @@ def bundled_drafters(target: Path) -> dict[str, Path]:
 
 
 def configurations(target: Path, methods: list[str] | None = None, schedule: bool = False,
-                   drafters: dict[str, Path] | None = None):
+                   drafters: dict[str, Path] | None = None, ngram_first: bool = False):
     """(label, spec type, draft folder, extra options, temperatures) for every known type (or those in
     `methods`); plus skip notes. `schedule` adds --spec-schedule to every speculative configuration;
-    `drafters` (spec type -> folder) replaces shipped drafters."""
+    `drafters` (spec type -> folder) replaces shipped drafters; `ngram_first` adds each model drafter behind
+    ngram-mod (which then drafts for greedy requests only, --spec-ngram-greedy-only)."""
     drafters = {**bundled_drafters(target), **(drafters or {})}
     configs, skipped = [("no speculation", "none", None, {}, (0.0, 1.0))], []
     for spec_type in available_types():
@@ -82,6 +83,9 @@ def configurations(target: Path, methods: list[str] | None = None, schedule: boo
             configs.append((f"{spec_type} + q", spec_type, folder, {**extra, "spec_dflash_sample": "sample"}, (1.0,)))
         elif spec_type == "draft-dspark":       # DSpark samples its chain as served (the row differs in length only)
             configs.append((f"{spec_type} + q", spec_type, folder, extra, (1.0,)))
+        if ngram_first and proposer_class(spec_type).model_drafter:
+            configs.append((f"ngram-mod + {spec_type}", f"ngram-mod,{spec_type}", folder,
+                            {**extra, "spec_ngram_greedy_only": True}, (0.0, 1.0)))
     return configs, skipped
 
 
@@ -134,6 +138,9 @@ def main() -> None:
     parser.add_argument("-np", "--parallel", type=int, default=1,
                         help="slots; above 1 each prompt set is submitted at once and batched")
     parser.add_argument("--schedule", action="store_true", help="--spec-schedule for every speculative method")
+    parser.add_argument("--ngram-first", action="store_true",
+                        help="also run each model drafter behind ngram-mod (`--spec-type ngram-mod,TYPE "
+                             "--spec-ngram-greedy-only`)")
     parser.add_argument("--quant-draft", default="served", choices=("served", "none", "int8", "q8"),
                         help="draft weights: as the shipped drafters are served (specserve.bundled.served_quant), "
                              "all bfloat16, all int8, or all q8")
@@ -153,20 +160,21 @@ def main() -> None:
     sets = args.sets.split(",")
     own = dict(item.split("=", 1) for item in args.drafter)
     configs, skipped = configurations(target, [m for m in args.methods.split(",") if m], args.schedule,
-                                      {t: Path(d) for t, d in own.items()})
+                                      {t: Path(d) for t, d in own.items()}, args.ngram_first)
     results, t_start, draft_lengths = [], time.perf_counter(), {}
     baseline: dict[tuple, dict] = {}
     for label, spec_type, folder, extra, config_temps in configs:
-        model_drafter = spec_type != "none" and proposer_class(spec_type).model_drafter
+        drafter_type = spec_type.split(",")[-1]            # (ngram-mod,draft-x: the model drafter's options)
+        model_drafter = spec_type != "none" and proposer_class(drafter_type).model_drafter
         lengths = {"spec_draft_n_max": args.n_max}
         if model_drafter:
             lengths = {"spec_draft_n_max": args.draft_n_max} if args.draft_n_max else \
-                {k: v for k, v in served_options(spec_type).items() if k != "quant_draft"}
+                {k: v for k, v in served_options(drafter_type).items() if k != "quant_draft"}
             if label.endswith(" + q") and lengths.get("spec_draft_n_max_sampled") == 0:
                 del lengths["spec_draft_n_max_sampled"]          # the sampled path, drafting as far as at T=0
-            draft_lengths.setdefault(spec_type, [lengths["spec_draft_n_max"],         # as served: the plain row's
+            draft_lengths.setdefault(drafter_type, [lengths["spec_draft_n_max"],         # as served: the plain row's
                                                  lengths.get("spec_draft_n_max_sampled", lengths["spec_draft_n_max"])])
-        quant = args.quant_draft if args.quant_draft != "served" else (served_quant(spec_type) or "none")
+        quant = args.quant_draft if args.quant_draft != "served" else (served_quant(drafter_type) or "none")
         if quant != "none" and model_drafter:
             extra = {**extra, "quant_draft": quant}
 
@@ -233,9 +241,10 @@ def markdown_table(record: dict) -> str:
     temps = sorted(dict.fromkeys(r["temperature"] for r in results))
     cols = [(s, t) for t in temps for s in sets]
     by = {(r["method"], r["set"], r["temperature"]): r for r in results}
+    by_method = dict.fromkeys(r["method"] for r in results)
     out = ["| method | " + " | ".join(f"{s.replace('-', ' ')} T={t:g}" for s, t in cols) + " |",
            "|---|" + "---|" * len(cols)]
-    for method in dict.fromkeys(r["method"] for r in results):
+    for method in by_method:
         if method == "no speculation":
             continue
         cells = [f"{r['tau']:.2f} / {r['speedup']:.2f}x" if (r := by.get((method, s, t))) else "" for s, t in cols]
@@ -245,7 +254,11 @@ def markdown_table(record: dict) -> str:
             for s, t in cols if ("no speculation", s, t) in by]
     out += ["", "(tau / speedup; tau counts only steps that verified a draft, so a method that rarely drafts "
             "can show tau 1.00. \"+ q\": drafts sampled from q and verified by rejection sampling, at the T=0 "
-            "length where the drafter is served without drafts for sampled requests.)", "",
+            "length where the drafter is served without drafts for sampled requests."
+            + (" \"ngram-mod + X\": `--spec-type ngram-mod,X --spec-ngram-greedy-only`, ngram-mod (n-match 24, "
+               "n-min 48, n-max 64) drafting first for greedy requests, X where it finds nothing and for sampled "
+               "requests as X is served." if any(m.startswith("ngram-mod + ") for m in by_method) else "")
+            + ")", "",
             "No speculation decoded at " + ", ".join(base) + "."]
     drafted = [r for r in results if (r["set"], r["temperature"]) == first and r["acceptance_per_position"]]
     if drafted:

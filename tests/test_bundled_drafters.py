@@ -93,12 +93,14 @@ def test_served_options_read_back_from_their_command_line(spec_type):
 
 def test_demo_compares_every_spec_type():
     draftless = draftless_types()
-    assert default_spec_types().split(",") == draftless + list(STDLIB_CODER_DRAFTERS)
+    runs = draftless + list(STDLIB_CODER_DRAFTERS) + ["ngram-mod+draft-dspark"]
+    assert default_spec_types().split(",") == runs
     r = run("demo", "-n", "24", "--set-tokens", "8")
     assert r.returncode == 0, r.stderr
     assert "The bundled model is a toy" in r.stdout and "-t 1" in r.stdout
     assert "then 8 prompts of the bundled 'qualitative' set, 8 tokens each" in r.stdout
-    for name in draftless + list(STDLIB_CODER_DRAFTERS):
+    assert "ngram-mod (llama.cpp's defaults) for greedy requests; then draft-dspark (drafter stdlib-coder-dspark" in r.stdout
+    for name in runs:
         line = next(line for line in r.stdout.splitlines() if line.startswith(name + " "))
         assert "output identical to baseline: yes" in line and "over the set" in line, line
 

@@ -12,7 +12,7 @@ from ..bundled import served_options, shipped_drafters
 from ..llm import load_engine
 from ..sampling import SamplingParams
 from ..speculative.draft_options import draft_settings
-from ..speculative.registry import draftless_types, proposer_class
+from ..speculative.registry import available_types, draftless_types, proposer_class
 from ..engine.request import timing_lines
 
 # The model is asked to write out a function it has just seen with one name changed:
@@ -50,7 +50,11 @@ TOY_NOTE = ("The bundled model is a toy: a 5.8M-parameter Qwen3-architecture mod
 
 
 def default_spec_types() -> str:
-    return ",".join(draftless_types() + list(shipped_drafters()))
+    """Every type alone, then DSpark behind ngram-mod (A+B: the two together, in llama.cpp's precedence: ngram-mod
+    drafts where it finds a long repeat, for greedy requests only, the drafter elsewhere)."""
+    drafters = list(shipped_drafters())
+    together = ["ngram-mod+draft-dspark"] if "draft-dspark" in drafters else []
+    return ",".join(draftless_types() + drafters + together)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -61,7 +65,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "0 = every physical core)")
     parser.add_argument("--spec-type", default=None,
                         help="speculative types to compare with the baseline (comma list, each run separately; "
-                             "default: every type, the draft-* ones with the bundled drafters)")
+                             "A+B runs A and B together, e.g. ngram-mod+draft-dspark; default: every type, the "
+                             "draft-* ones with the bundled drafters, and DSpark behind ngram-mod)")
     parser.add_argument("-md", "--spec-draft-model", default=None,
                         help="draft model folder for draft-* types (default: the bundled drafters)")
     parser.add_argument("-p", "--prompt", default=DEMO_PROMPT, help="prompt (default: a code-editing prompt)")
@@ -99,6 +104,10 @@ def _settings(spec_type: str, draft_model, extra: dict) -> str:
     """What a run uses, in words."""
     if spec_type == "none":
         return "no speculation"
+    if "," in spec_type:            # in precedence order; the n-gram types for greedy requests only
+        parts = sorted(spec_type.split(","), key=available_types().index)
+        return "; then ".join(f"{t} ({_settings(t, draft_model, extra)})" + (
+            "" if proposer_class(t).model_drafter else " for greedy requests") for t in parts)
     if proposer_class(spec_type).model_drafter:
         settings = draft_settings(extra)
         quant = f", --quant-draft {settings.quant_draft}" if settings.quant_draft not in (None, "none") else ""
@@ -127,15 +136,19 @@ def run(args) -> int:
         print(f"then {len(set_prompts)} prompts of the bundled {SET_NAME!r} set, {args.set_tokens} tokens each "
               f"(\"over the set\")\n")
     base_text, base_speed, base_set, base_set_texts = None, None, None, None
-    for spec_type in runs:
+    for label in runs:
+        spec_type = label.replace("+", ",")
+        drafter_type = next((t for t in label.split("+") if t.startswith("draft-")), spec_type)
         draft_model, run_extra = args.spec_draft_model, dict(NGRAM_SETTINGS, threads=args.threads)
-        if spec_type != "none" and proposer_class(spec_type).model_drafter and draft_model is None:
-            shipped = shipped_drafters().get(spec_type) if args.model is None else None
+        if "+" in label:
+            run_extra["spec_ngram_greedy_only"] = True
+        if spec_type != "none" and proposer_class(drafter_type).model_drafter and draft_model is None:
+            shipped = shipped_drafters().get(drafter_type) if args.model is None else None
             if shipped is None:
-                print(f"{spec_type:<28} skipped: needs a draft model (-md DIR)")
+                print(f"{label:<28} skipped: needs a draft model (-md DIR)")
                 continue
             draft_model = shipped[0]
-            run_extra.update(served_options(spec_type))
+            run_extra.update(served_options(drafter_type))
         engine, tokenizer, req = _run_once(args.model, spec_type, draft_model, args.prompt, args.n_predict, run_extra)
         out = req.snapshot()
         speed = out.timings["predicted_per_second"]
@@ -146,7 +159,7 @@ def run(args) -> int:
             print("--- generated text " + "-" * 50)
             print(out.text)
             print("-" * 68)
-        label = "baseline (no speculation)" if spec_type == "none" else spec_type
+        label = "baseline (no speculation)" if spec_type == "none" else label
         line = f"{label:<28} {speed:8.1f} tokens/s"
         if spec_type != "none":
             same = "yes" if out.text == base_text and set_texts == base_set_texts else "NO"

@@ -113,8 +113,11 @@ class Proposer:
         return draft_settings(self.ctx.options).n_max
 
     def max_draft_sampled(self) -> int:
-        """Longest draft for a request sampled at T > 0: --spec-draft-n-max-sampled for a model drafter."""
-        return draft_settings(self.ctx.options).n_max_sampled if self.model_drafter else self.max_draft()
+        """Longest draft for a request sampled at T > 0: --spec-draft-n-max-sampled for a model drafter, none
+        for an n-gram type with --spec-ngram-greedy-only."""
+        if self.model_drafter:
+            return draft_settings(self.ctx.options).n_max_sampled
+        return 0 if self.ctx.options.get("spec_ngram_greedy_only") else self.max_draft()
 
 
 class TokenProposer(Proposer):

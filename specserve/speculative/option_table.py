@@ -15,6 +15,9 @@ SPEC_OPTIONS = [
            "draft model folder or GGUF file for the draft-* types (draft-mtp: folders only)",
            env="LLAMA_ARG_SPEC_DRAFT_MODEL"),
     *DRAFT_OPTIONS,
+    Option(("--spec-ngram-greedy-only",), "spec_ngram_greedy_only", bool, False,
+           "the ngram-* types draft for greedy requests only (T=0): at temperature > 0 their drafts are "
+           "accepted only where the target's sample matches them, and their long drafts cost verified rows"),
     Option(("--spec-schedule",), "spec_schedule", bool, False,
            "every type: verify only the drafts that pay off across the batch, from each slot's acceptance "
            "history and the target's profiled steps-per-second curve (DSpark's Algorithm 1 generalised)"),
