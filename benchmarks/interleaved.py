@@ -7,9 +7,10 @@ through each in turn, prompt by prompt (or, with -np N, the whole set batched ov
 alternating the order, `--repeats` times; a configuration's time is its CPU time summed over one
 repeat, and the table shows the fastest and the median repeat against the first configuration.
 
-A configuration is SPEC[:QUANT[:N_MAX[:FLAGS[:OPTIONS]]]]: a spec type (`none` for no speculation), the
-drafter's --quant-draft (default: as the shipped drafter is served), --spec-draft-n-max (default: as
-served; given, it is also the length for sampled requests), and flags: `q` samples drafts
+A configuration is SPEC[:QUANT[:N_MAX[:FLAGS[:OPTIONS]]]]: a spec type (`none` for no speculation; or
+several, as ngram-mod,draft-dspark, with the draft-* one's settings), the drafter's --quant-draft
+(default: as the shipped drafter is served), --spec-draft-n-max (default: as served; given, it is also
+the length for sampled requests), and flags: `q` samples drafts
 (--spec-draft-sample; DFlash: --spec-dflash-sample sample), `s` adds --spec-schedule, `t` serves the
 target with --quant q8; and other engine options as NAME=VALUE pairs separated by commas
 (spec_draft_p_min=0.5; draft_model=DIR serves another drafter folder with the shipped one's settings,
@@ -46,14 +47,15 @@ def build(config: str, n_parallel: int) -> LLM:
     target = {"quant": "q8"} if "t" in flags else {}
     if spec == "none":
         return code.LLM(code.BUNDLED_MODEL, n_parallel=n_parallel, **target)
-    drafter = code.shipped_drafters().get(spec)
-    options = code.served_options(spec) if drafter else {}
+    drafter_type = next((t for t in spec.split(",") if t.startswith("draft-")), spec)   # (ngram-mod,draft-x)
+    drafter = code.shipped_drafters().get(drafter_type)
+    options = code.served_options(drafter_type) if drafter else {}
     if quant:
         options["quant_draft"] = None if quant == "none" else quant
     if n_max:                                       # the one length, for greedy and sampled requests alike
         options["spec_draft_n_max"] = int(n_max)
         options.pop("spec_draft_n_max_sampled", None)
-    if "q" in flags and spec == "draft-dflash":        # drafts sampled, verified with their q
+    if "q" in flags and drafter_type == "draft-dflash":        # drafts sampled, verified with their q
         options["spec_dflash_sample"] = "sample"
     elif "q" in flags:
         options["spec_draft_sample"] = True

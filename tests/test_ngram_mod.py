@@ -3,6 +3,7 @@ import numpy as np
 import pytest
 
 from support.prompts import arr
+from specserve import kernels
 from specserve.speculative.base import DraftRequest, ProposerContext
 from specserve.speculative.ngram_mod import EMPTY, NgramMod, NgramModPool, lcg64_hashes
 
@@ -179,3 +180,26 @@ def test_options_are_validated_and_max_draft():
         make(n_max=2000)
     with pytest.raises(ValueError, match="--spec-ngram-mod-n-match must be in 1..1024"):
         make(n=0)
+
+
+def test_native_pool_equals_the_numpy_and_python_one():
+    """The native calls (kernels/native/ngram_mod.cpp) write the same entries and counts as the numpy add, and
+    walk the same chains as the Python draft: same tokens, same breaks before n_min, wherever the window's
+    oldest token comes from (the context, or the draft once past n)."""
+    assert kernels.mode() == "native"
+    rng = np.random.default_rng(3)
+    history = rng.integers(0, 5, size=3000)          # five tokens: long chains, and breaks past what was added
+    lengths = set()
+    for n, size in ((3, 1 << 12), (24, 1 << 16), (1, 64)):
+        pool, reference = NgramModPool(n, size=size), NgramModPool(n, size=size)
+        for start, stop in ((0, 700), (700, 701), (701, 2000 - n)):
+            pool.add_range(history, start, stop)
+            reference._add_numpy(history, start, stop)
+            assert np.array_equal(pool.entries, reference.entries) and pool.used == reference.used
+        for start in rng.integers(1900, 2010, size=100):
+            context = history[start - 30:start].tolist()
+            for n_min, n_max in ((1, 64), (48, 64), (5, 9)):
+                expected = pool._draft_python(context, n_min, n_max)
+                assert pool.draft(context, n_min, n_max) == expected
+                lengths.add(len(expected))
+    assert {0, 9, 64} <= lengths and len(lengths) > 10

@@ -91,8 +91,10 @@ _SIGNATURES = {
     "ss_block_draft_forward": (c_int32, [POINTER(Model), POINTER(BlockDraft)]),
     "ss_markov_table": (None, [c_void_p, c_void_p, c_int64, c_int64, c_void_p]),
     "ss_head_draft_chain": (c_int32, [POINTER(Model), POINTER(HeadChain), c_int64, c_void_p, c_void_p]),
+    "ss_ngram_mod_add": (c_int64, [c_void_p, c_int64, c_void_p, c_int64, c_int64, c_int32]),
+    "ss_ngram_mod_draft": (c_int64, [c_void_p, c_int64, c_void_p, c_int32, c_int64, c_int64, c_void_p]),
 }
-ABI_VERSION = 4
+ABI_VERSION = 5
 
 
 def bind(path: str) -> ctypes.CDLL:

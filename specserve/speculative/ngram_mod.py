@@ -9,8 +9,9 @@ occupied entries (llama.cpp's occupancy measure). The pool is wiped when occupan
 exceeds 25 % after a prompt is added in begin(), and after 5 consecutive drafts of a
 slot had fewer than a quarter of their tokens accepted.
 
-Adding a long prompt hashes all its n-grams with vectorised uint64 arithmetic; a draft
-rolls the hash forward one token at a time.
+On the native kernels adding n-grams and drafting are one call each (kernels/native/ngram_mod.cpp);
+elsewhere adding a long prompt hashes all its n-grams with vectorised uint64 arithmetic, and a draft
+rolls the hash forward one token at a time in Python.
 """
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .. import kernels
 from ..errors import OptionError
 from ..option import Option, read_options
 from .base import DraftRequest, TokenProposer
@@ -49,10 +51,15 @@ def lcg64_hashes(tokens: np.ndarray, n: int) -> np.ndarray:
 
 
 class NgramModPool:
+    """The hash pool; adds and drafts run in one native call each on the native kernels, else in numpy and
+    Python (the same entries, counts and drafts)."""
+
     def __init__(self, n: int, size: int = POOL_SIZE):
         self.n = n
         self.size = size
         self.entries = np.full(size, EMPTY, dtype=np.int32)
+        self._entries_address = self.entries.ctypes.data          # (reset refills it in place)
+        self._out = np.empty(0, dtype=np.int64)
         self.used = 0
         self.top_power = pow(LCG64_FACTOR, n - 1, 1 << 64)    # to roll the oldest token out
 
@@ -64,6 +71,13 @@ class NgramModPool:
         """Add n-gram tokens[i:i+n] -> tokens[i+n] for i in [start, stop), in order."""
         if stop <= start:
             return
+        if kernels.mode() != "native":
+            return self._add_numpy(tokens, start, stop)
+        tokens = np.ascontiguousarray(tokens, dtype=np.int64)
+        self.used += kernels.library().ss_ngram_mod_add(self._entries_address, self.size, tokens.ctypes.data, start,
+                                                        stop, self.n)
+
+    def _add_numpy(self, tokens: np.ndarray, start: int, stop: int) -> None:
         n = self.n
         index = (lcg64_hashes(tokens[start:stop + n - 1], n) % np.uint64(self.size)).astype(np.int64)
         values = np.asarray(tokens[start + n:stop + n], dtype=np.int32)
@@ -87,10 +101,21 @@ class NgramModPool:
     def get(self, h: int) -> int:
         return int(self.entries[h % self.size])
 
-    def draft(self, context: list[int], n_min: int, n_max: int) -> list[int]:
-        """Chain lookups from the last n tokens of `context`; [] if fewer than n_min are found."""
+    def draft(self, context, n_min: int, n_max: int) -> list[int]:
+        """Chain lookups from the last n tokens of `context` (a list or an int64 array); [] if fewer than n_min
+        are found."""
+        if kernels.mode() != "native":
+            return self._draft_python(context, n_min, n_max)
+        if len(self._out) < n_max:
+            self._out = np.empty(n_max, dtype=np.int64)
+        window = np.ascontiguousarray(context[-self.n:], dtype=np.int64)
+        found = kernels.library().ss_ngram_mod_draft(self._entries_address, self.size, window.ctypes.data, self.n,
+                                                     n_min, n_max, self._out.ctypes.data)
+        return self._out[:found].tolist()
+
+    def _draft_python(self, context, n_min: int, n_max: int) -> list[int]:
         n = self.n
-        window = list(context[-n:])
+        window = [int(t) for t in context[-n:]]
         h = self.hash(window)
         out: list[int] = []
         for i in range(n_max):
@@ -133,6 +158,7 @@ class NgramMod(TokenProposer):
         if self.n < 16:
             log.warning("ngram-mod: n_match=%d is small; expect poor drafts (llama.cpp PR #19164)", self.n)
         self.pool = NgramModPool(self.n)
+        self.window = np.empty(self.n, dtype=np.int64)         # the n tokens a draft looks up, refilled
         self.slots = [SlotState() for _ in range(ctx.n_slots)]
 
     def begin(self, slot: int, prompt: np.ndarray) -> None:
@@ -159,8 +185,10 @@ class NgramMod(TokenProposer):
         if state.i_last + ADD_CHUNK < length:
             self.pool.add_range(tokens, state.i_last, length - n)
             state.i_last = length - n
-        context = tokens[length - n + 1:].tolist() + [int(id_last)]
-        out = self.pool.draft(context, self.n_min, self.n_max)
+        window = self.window
+        window[:n - 1] = tokens[length - n + 1:]
+        window[n - 1] = id_last
+        out = self.pool.draft(window, self.n_min, self.n_max)
         state.n_draft_last = len(out)
         return out
 

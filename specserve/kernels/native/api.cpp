@@ -4,7 +4,7 @@
 
 extern "C" {
 
-int32_t ss_version(void) { return 4; }
+int32_t ss_version(void) { return 5; }
 
 int32_t ss_features(void) {
     int32_t f = 0;

@@ -186,6 +186,13 @@ int32_t ss_block_draft_forward(const ss_model* m, const ss_block_draft* d);
 // table [vocab, vocab]: row t = W2 W1[t], the Markov bias after token t, with the bits the draft call's own
 // arithmetic gives (w1 [vocab, rank] float32, w2t [rank, vocab] bfloat16)
 void ss_markov_table(const float* w1, const uint16_t* w2t, int64_t rank, int64_t vocab, float* table);
+// ngram-mod's pool entries [size] (-1: empty): add the n-grams tokens[i..i+n) -> tokens[i+n], i in
+// [start, stop), in order (returns how many writes found the entry occupied); draft chained lookups from
+// the hash of window [n] into out [n_max] (returns the draft's length, 0 when it breaks off before n_min)
+int64_t ss_ngram_mod_add(int32_t* entries, int64_t size, const int64_t* tokens, int64_t start, int64_t stop,
+                         int32_t n);
+int64_t ss_ngram_mod_draft(const int32_t* entries, int64_t size, const int64_t* window, int32_t n,
+                           int64_t n_min, int64_t n_max, int64_t* out);
 // A hidden-state draft head's draft chain (EAGLE-3, MTP). m holds the head's decoder layers, its final
 // norm, its lm_head (vocab = the head's output rows) and the embedding the tokens are looked up in.
 // Each row combines parts = [embed_norm(embed(token)), hidden_norm(hidden)] (hidden first when
