@@ -15,7 +15,7 @@ JSON and the Markdown table the documentation links (docs/results/server_through
 benchmarks/results_table.py).
 
     .venv/bin/python benchmarks/server_throughput.py [-m MODEL] [--out runs/server_throughput.json]
-        [--spec-types ngram-simple,ngram-mod+schedule,...] [--draft-model DIR] [--max-tokens 128]
+        [--spec-types ngram-simple,ngram-mod+schedule,ngram-mod+draft-dspark,...] [--draft-model DIR] [--max-tokens 128]
         [--temperature 0] [--table-out FILE] [--from-json FILE] [--note TEXT] [-- extra server options]
 
 The draft-* types use the bundled drafters with the bundled model, served as shipped for this CPU
@@ -50,17 +50,21 @@ from server_prompts import prompts  # noqa: E402
 import results_table  # noqa: E402
 
 def server_args(spec_label: str, model: str, slots: int, extra: list[str], draft_model: str | None) -> list[str]:
-    """`specserve serve` options for one configuration ("TYPE+schedule": TYPE with --spec-schedule)."""
-    spec_type, _, variant = spec_label.partition("+")
-    args = ["-np", str(slots), "--spec-type", spec_type, "--temp", "0", *extra]
-    if variant == "schedule":
+    """`specserve serve` options for one configuration ("TYPE+schedule": TYPE with --spec-schedule; "A+B": the
+    types together, the n-gram ones for greedy requests only)."""
+    types = [t for t in spec_label.split("+") if t != "schedule"]
+    args = ["-np", str(slots), "--spec-type", ",".join(types), "--temp", "0", *extra]
+    if "schedule" in spec_label.split("+"):
         args.append("--spec-schedule")
-    if spec_type != "none" and proposer_class(spec_type).model_drafter:
-        shipped = shipped_drafters().get(spec_type) if Path(model) == BUNDLED_MODEL else None
+    if len(types) > 1:
+        args.append("--spec-ngram-greedy-only")
+    drafter_type = next((t for t in types if t != "none" and proposer_class(t).model_drafter), None)
+    if drafter_type:
+        shipped = shipped_drafters().get(drafter_type) if Path(model) == BUNDLED_MODEL else None
         if draft_model:
             args += ["-md", draft_model]
         elif shipped:           # the bundled model's own drafter, served as shipped for this CPU
-            args += ["-md", str(shipped[0]), *command_line(served_options(spec_type))]
+            args += ["-md", str(shipped[0]), *command_line(served_options(drafter_type))]
     return args
 
 
@@ -170,7 +174,8 @@ def main() -> None:
     parser.add_argument("--concurrency", default="1,2,4,8,16")
     parser.add_argument("--spec-types", default=None,
                         help="comma list (default: every type in the registry); TYPE+schedule runs TYPE "
-                             "with --spec-schedule")
+                             "with --spec-schedule, A+B the types together (ngram-mod+draft-dspark: "
+                             "--spec-type ngram-mod,draft-dspark --spec-ngram-greedy-only)")
     parser.add_argument("--draft-model", default=None, help="draft model folder for the draft-* types")
     parser.add_argument("--max-tokens", type=int, default=128)
     parser.add_argument("--temperature", type=float, default=0.0,
