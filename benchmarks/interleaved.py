@@ -31,6 +31,7 @@ import time
 from pathlib import Path
 
 from specserve import LLM, SamplingParams, kernels
+from specserve.speculative.registry import model_drafter_type
 
 from prompt_sets import CODE_PROMPTS, TEXT_PROMPTS
 from revisions import load_revision
@@ -47,7 +48,7 @@ def build(config: str, n_parallel: int) -> LLM:
     target = {"quant": "q8"} if "t" in flags else {}
     if spec == "none":
         return code.LLM(code.BUNDLED_MODEL, n_parallel=n_parallel, **target)
-    drafter_type = next((t for t in spec.split(",") if t.startswith("draft-")), spec)   # (ngram-mod,draft-x)
+    drafter_type = model_drafter_type(spec.split(",")) or spec        # (ngram-mod,draft-x: draft-x)
     drafter = code.shipped_drafters().get(drafter_type)
     options = code.served_options(drafter_type) if drafter else {}
     if quant:

@@ -41,7 +41,7 @@ from specserve import kernels
 from specserve.errors import SpecServeError
 from specserve.bundled import served_options, served_quant, shipped_drafters
 from specserve.llm import BUNDLED_MODEL
-from specserve.speculative.registry import available_types, proposer_class
+from specserve.speculative.registry import available_types, model_drafter_type, proposer_class
 
 from prompt_sets import CODE_PROMPTS, TEXT_PROMPTS
 import results_table
@@ -164,8 +164,8 @@ def main() -> None:
     results, t_start, draft_lengths = [], time.perf_counter(), {}
     baseline: dict[tuple, dict] = {}
     for label, spec_type, folder, extra, config_temps in configs:
-        drafter_type = spec_type.split(",")[-1]            # (ngram-mod,draft-x: the model drafter's options)
-        model_drafter = spec_type != "none" and proposer_class(drafter_type).model_drafter
+        drafter_type = model_drafter_type(spec_type.split(","))      # (ngram-mod,draft-x: draft-x's options)
+        model_drafter = drafter_type is not None
         lengths = {"spec_draft_n_max": args.n_max}
         if model_drafter:
             lengths = {"spec_draft_n_max": args.draft_n_max} if args.draft_n_max else \

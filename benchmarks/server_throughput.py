@@ -43,7 +43,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from specserve.bundled import served_options, shipped_drafters  # noqa: E402
 from specserve.llm import BUNDLED_MODEL  # noqa: E402
 from specserve.options import command_line  # noqa: E402
-from specserve.speculative.registry import available_types, proposer_class  # noqa: E402
+from specserve.speculative.registry import available_types, model_drafter_type  # noqa: E402
 
 from serve_process import ServeProcess  # noqa: E402
 from server_prompts import prompts  # noqa: E402
@@ -58,7 +58,7 @@ def server_args(spec_label: str, model: str, slots: int, extra: list[str], draft
         args.append("--spec-schedule")
     if len(types) > 1:
         args.append("--spec-ngram-greedy-only")
-    drafter_type = next((t for t in types if t != "none" and proposer_class(t).model_drafter), None)
+    drafter_type = model_drafter_type(types)
     if drafter_type:
         shipped = shipped_drafters().get(drafter_type) if Path(model) == BUNDLED_MODEL else None
         if draft_model:

@@ -12,7 +12,7 @@ from ..bundled import served_options, shipped_drafters
 from ..llm import load_engine
 from ..sampling import SamplingParams
 from ..speculative.draft_options import draft_settings
-from ..speculative.registry import available_types, draftless_types, proposer_class
+from ..speculative.registry import available_types, draftless_types, model_drafter_type, proposer_class
 from ..engine.request import timing_lines
 
 # The model is asked to write out a function it has just seen with one name changed:
@@ -138,11 +138,11 @@ def run(args) -> int:
     base_text, base_speed, base_set, base_set_texts = None, None, None, None
     for label in runs:
         spec_type = label.replace("+", ",")
-        drafter_type = next((t for t in label.split("+") if t.startswith("draft-")), spec_type)
+        drafter_type = model_drafter_type(label.split("+"))
         draft_model, run_extra = args.spec_draft_model, dict(NGRAM_SETTINGS, threads=args.threads)
         if "+" in label:
             run_extra["spec_ngram_greedy_only"] = True
-        if spec_type != "none" and proposer_class(drafter_type).model_drafter and draft_model is None:
+        if drafter_type and draft_model is None:
             shipped = shipped_drafters().get(drafter_type) if args.model is None else None
             if shipped is None:
                 print(f"{label:<28} skipped: needs a draft model (-md DIR)")

@@ -77,6 +77,11 @@ def all_options() -> list[Option]:
     return [opt for name in REGISTRY for opt in proposer_class(name).options]
 
 
+def model_drafter_type(spec_types: list[str]) -> str | None:
+    """The model drafter among spec types (ngram-mod, draft-dspark -> draft-dspark), None if there is none."""
+    return next((t for t in spec_types if t in REGISTRY and t != "none" and proposer_class(t).model_drafter), None)
+
+
 def draftless_types() -> list[str]:
     """The types that draft from the token history alone (no model), in precedence order."""
     return [n for n in available_types() if n != "none" and not proposer_class(n).model_drafter]
