@@ -4,12 +4,16 @@ A speculative step costs one draft call plus a target forward over 1 + n rows; p
 costs a 1-row forward per token. So a drafter pays only when its mean acceptance length tau
 exceeds the break-even
 
-    tau* = (draft call + verify(1 + n rows)) / verify(1 row).
+    tau* = (draft call + verify(1 + n rows)) / verify(1 row),
+
+and it can never run faster than its ceiling, (1 + n) / tau*: every draft accepted. A ceiling below a
+goal means no training reaches that goal with that drafter shape on this machine.
 
 This script measures, on the bundled model and in one run: the target forward by row count, and
 the draft call of every shipped drafter (bfloat16, int8 and, with int8 dot products, q8 weights) and of block-drafter shapes (layers, block size, Markov
 rank; random weights, since cost does not depend on them), each at one slot (the shipped ones
-also for 4 slots at once), greedy, on the native kernels with one thread. With the shipped
+also for 4 slots at once; the shapes with the weights a shipped drafter of their type is served with), greedy,
+on the native kernels with one thread. With the shipped
 drafters' measured tau (benchmarks/method_table.py) it predicts their speedup. Prints the table, writes JSON and docs/results/drafter_cost.md.
 
     .venv/bin/python benchmarks/drafter_cost.py [--out runs/drafter_cost.json] [--table-out FILE]
@@ -22,7 +26,7 @@ from pathlib import Path
 
 
 from specserve import LLM, SamplingParams, kernels
-from specserve.bundled import STDLIB_CODER, served_n_max, shipped_drafters
+from specserve.bundled import STDLIB_CODER, served_n_max, served_quant, shipped_drafters
 from specserve.models.block_drafter import BlockDrafter, save_block_drafter
 from specserve.models.block_drafter_format import new_block_drafter_config
 from specserve.speculative.step_cost import profile_step_cost
@@ -37,9 +41,9 @@ BLOCK_SHAPES = [(1, 4, 0), (1, 8, 0), (2, 8, 0), (1, 8, 32), (1, 8, 64), (2, 4, 
 
 
 def forward_ms_by_rows(target: CausalLM, rows_list, position: int = 200) -> dict[int, float]:
-    """Target forward time (ms) for `rows` new rows after a `position`-token context, from the cost
-    table --spec-schedule profiles (medians, fitted by a line)."""
-    table = profile_step_cost(target, 1, max(rows_list), context=position)
+    """Target forward time (ms) for `rows` new rows after a `position`-token context: the medians of the
+    timings --spec-schedule profiles, not fitted (a ceiling divides by the one-row time)."""
+    table = profile_step_cost(target, 1, max(rows_list), context=position, repeats=30, fit=False)
     return {rows: 1e3 / table.steps_per_second(rows) for rows in rows_list}
 
 
@@ -97,14 +101,17 @@ def main() -> None:
         for layers, block, rank in BLOCK_SHAPES:
             spec_type = "draft-dspark" if rank else "draft-dflash"
             folder = random_block_drafter(float_target, Path(tmp) / f"{layers}-{block}-{rank}", layers, block, rank)
-            ms, _ = draft_call_ms(spec_type, folder, block, args.n_tokens)
-            rows.append({"drafter": f"{spec_type}: {layers} layer(s), block {block}, rank {rank}",
+            quant = served_quant(spec_type) or "none"         # as a shipped drafter of that type is served
+            ms, _ = draft_call_ms(spec_type, folder, block, args.n_tokens, quant=quant)
+            rows.append({"drafter": f"{spec_type}: {layers} layer(s), block {block}, rank {rank}"
+                                    + (f", {quant}" if quant != "none" else ""),
                          "spec_type": spec_type, "n": block, "draft_ms": ms, "tau": None})
     for r in rows:
         n_rows = r["n"] + 1
         r["verify_ms"] = verify[n_rows] if n_rows in verify else None
         r["break_even_tau"] = (r["draft_ms"] + r["verify_ms"]) / verify[1] if r["verify_ms"] else None
         r["predicted_speedup"] = r["tau"] / r["break_even_tau"] if r["tau"] and r["break_even_tau"] else None
+        r["ceiling"] = n_rows / r["break_even_tau"] if r["break_even_tau"] else None
     record = {"verify_ms_by_rows": verify, "drafters": rows, "machine": results_table.machine(),
               "threads": kernels.threads()}
     print(markdown_table(record))
@@ -117,21 +124,22 @@ def markdown_table(record: dict) -> str:
     out = ["| target rows | " + " | ".join(str(k) for k in verify) + " |", "|---|" + "---|" * len(verify),
            "| forward ms | " + " | ".join(f"{v:.3f}" for v in verify.values()) + " |", "",
            "| drafter | n drafts | draft call ms | ... for 4 slots | verify ms (1 + n rows) | break-even tau | "
-           "measured tau | predicted speedup |", "|---|---|---|---|---|---|---|---|"]
+           "measured tau | predicted speedup | ceiling |", "|---|---|---|---|---|---|---|---|---|"]
     for r in record["drafters"]:
         out.append(f"| {r['drafter']} | {r['n']} | {r['draft_ms']:.3f} | "
                    f"{results_table.fmt(r.get('draft_ms_4_slots'), 3)} | {results_table.fmt(r['verify_ms'], 3)} | "
                    f"{results_table.fmt(r['break_even_tau'], 2)} | {results_table.fmt(r['tau'], 2)} | "
-                   f"{results_table.fmt(r['predicted_speedup'], 2)} |")
+                   f"{results_table.fmt(r['predicted_speedup'], 2)} | {results_table.fmt(r.get('ceiling'), 2)} |")
     out += ["", "break-even tau = (draft call + verify(1 + n rows)) / verify(1 row); predicted speedup = measured "
-            "tau / break-even tau (code prompts, T=0, one slot). Random-weight shapes have no tau. A draft call for "
+            "tau / break-even tau (code prompts, T=0, one slot); ceiling = (1 + n) / break-even tau, the speedup "
+            "if every draft were accepted (the engine's own work around each forward is left out of both). Random-weight shapes have no tau. A draft call for "
             "4 slots drafts for four requests at once (what --spec-schedule weighs at 4 slots)."]
     return "\n".join(out)
 
 
 def write_markdown(args, record: dict) -> None:
     conditions = (f"stdlib-coder, one slot, greedy, {record['threads']} thread(s), native kernels; forward times "
-                  f"after a 200-token context, as --spec-schedule profiles them (medians fitted by a line).")
+                  f"after a 200-token context, the medians of 30 as --spec-schedule times them.")
     results_table.write_table(args, "What a drafter costs, and the acceptance it needs to pay",
                               markdown_table(record), conditions, record.get("machine"))
 

@@ -66,9 +66,11 @@ class StepCostTable:
 
 
 def profile_step_cost(target, n_slots: int, max_rows: int, context: int = 128, repeats: int = 5,
-                      max_points: int = 24) -> StepCostTable:
+                      max_points: int = 24, fit: bool = True) -> StepCostTable:
     """Median forward time for total row counts 1..max_rows (every count, or `max_points` spread
-    geometrically when there are more), rows spread over the slots."""
+    geometrically when there are more), rows spread over the slots; fitted by row tile unless `fit` is
+    False (the medians themselves, for benchmarks: without AMX the kernels take rows 4 at a time, and a line
+    through 1-16 rows put 4 rows of the bundled target on a Zen 4 at 0.40 ms where they take 0.30)."""
     per_slot_max = -(-max_rows // n_slots)
     context = max(1, min(context, target.config.max_position_embeddings - per_slot_max - 1))
     cache = target.new_cache(n_slots, context + per_slot_max + 1)
@@ -93,7 +95,7 @@ def profile_step_cost(target, n_slots: int, max_rows: int, context: int = 128, r
             seconds.append(float(np.median(times[1:])))     # the first run warms up
     for slot in range(n_slots):
         cache.lengths[slot] = 0
-    return StepCostTable(rows_timed, fit_by_row_tile(rows_timed, seconds))
+    return StepCostTable(rows_timed, fit_by_row_tile(rows_timed, seconds) if fit else seconds)
 
 
 def fit_by_row_tile(rows: list[int], seconds: list[float]) -> list[float]:
