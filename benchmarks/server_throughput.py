@@ -52,9 +52,10 @@ import results_table  # noqa: E402
 def server_args(spec_label: str, model: str, slots: int, extra: list[str], draft_model: str | None) -> list[str]:
     """`specserve serve` options for one configuration ("TYPE+schedule": TYPE with --spec-schedule; "A+B": the
     types together, the n-gram ones for greedy requests only)."""
-    types = [t for t in spec_label.split("+") if t != "schedule"]
+    parts = spec_label.split("+")
+    types = [t for t in parts if t != "schedule"]
     args = ["-np", str(slots), "--spec-type", ",".join(types), "--temp", "0", *extra]
-    if "schedule" in spec_label.split("+"):
+    if "schedule" in parts:
         args.append("--spec-schedule")
     if len(types) > 1:
         args.append("--spec-ngram-greedy-only")
